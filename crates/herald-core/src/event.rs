@@ -1,0 +1,340 @@
+//! Order event v1: decoding from Kafka bytes, validation, and the request fingerprint.
+//!
+//! A message that cannot become an [`OrderEvent`] yields a [`DecodeError`] whose
+//! [`DeadLetterReason`] is a bounded code (it names the dead-letter header and a metric
+//! label) and whose detail says what was wrong, for the operator reading the dead letter.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+
+use crate::channel::Channel;
+use crate::digest::fields_hex;
+use crate::keys::{BusinessKey, Fingerprint};
+
+/// Fields that describe the transport of an event, not its business content: a
+/// re-emission may change them without being a conflict.
+pub const TRANSPORT_FIELDS: [&str; 2] = ["event_id", "produced_at"];
+
+/// Longest accepted id or kind, in bytes.
+pub const MAX_ID_LEN: usize = 200;
+
+/// Why a message went to the dead-letter topic. A bounded set: used as a header value and
+/// as a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeadLetterReason {
+    TooLarge,
+    NotUtf8,
+    NotJson,
+    MissingField,
+    WrongType,
+    InvalidValue,
+    BadKey,
+    TemplateMissing,
+    RenderFailed,
+}
+
+impl DeadLetterReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterReason::TooLarge => "too_large",
+            DeadLetterReason::NotUtf8 => "not_utf8",
+            DeadLetterReason::NotJson => "not_json",
+            DeadLetterReason::MissingField => "missing_field",
+            DeadLetterReason::WrongType => "wrong_type",
+            DeadLetterReason::InvalidValue => "invalid_value",
+            DeadLetterReason::BadKey => "bad_key",
+            DeadLetterReason::TemplateMissing => "template_missing",
+            DeadLetterReason::RenderFailed => "render_failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}: {detail}", reason.as_str())]
+pub struct DecodeError {
+    pub reason: DeadLetterReason,
+    pub detail: String,
+}
+
+impl DecodeError {
+    pub fn new(reason: DeadLetterReason, detail: impl Into<String>) -> Self {
+        Self {
+            reason,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// A validated order event. `document` is the whole JSON object as received (minus
+/// nothing): it is the rendering context and the evidence kept with a conflict.
+#[derive(Debug, Clone)]
+pub struct OrderEvent {
+    pub event_id: String,
+    pub event_kind: String,
+    pub marketplace_id: String,
+    pub order_id: String,
+    pub seller_id: String,
+    pub occurred_at: DateTime<Utc>,
+    pub fingerprint: Fingerprint,
+    pub document: Map<String, Value>,
+}
+
+impl OrderEvent {
+    /// Decodes and validates one Kafka message value of at most `max_bytes`.
+    pub fn decode(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
+        let document = decode_object(bytes, max_bytes)?;
+        let text = |name: &str| required_id(&document, name);
+        let event_kind = text("event_kind")?;
+        if !event_kind
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err(DecodeError::new(
+                DeadLetterReason::InvalidValue,
+                format!("event_kind {event_kind:?} may hold only ASCII letters, digits, '.', '_' and '-'"),
+            ));
+        }
+        let occurred_at_text = required_str(&document, "occurred_at")?;
+        let occurred_at = DateTime::parse_from_rfc3339(occurred_at_text)
+            .map_err(|e| {
+                DecodeError::new(
+                    DeadLetterReason::InvalidValue,
+                    format!("occurred_at {occurred_at_text:?} is not an RFC 3339 timestamp: {e}"),
+                )
+            })?
+            .with_timezone(&Utc);
+        match document.get("order") {
+            Some(Value::Object(_)) => {}
+            Some(_) => {
+                return Err(DecodeError::new(
+                    DeadLetterReason::WrongType,
+                    "field \"order\" must be a JSON object",
+                ))
+            }
+            None => {
+                return Err(DecodeError::new(
+                    DeadLetterReason::MissingField,
+                    "field \"order\" is missing",
+                ))
+            }
+        }
+        if let Some(v) = document.get("produced_at") {
+            if !v.is_string() {
+                return Err(DecodeError::new(
+                    DeadLetterReason::WrongType,
+                    "field \"produced_at\" must be a string",
+                ));
+            }
+        }
+        Ok(OrderEvent {
+            event_id: text("event_id")?,
+            marketplace_id: text("marketplace_id")?,
+            order_id: text("order_id")?,
+            seller_id: text("seller_id")?,
+            fingerprint: fingerprint(&document),
+            event_kind,
+            occurred_at,
+            document,
+        })
+    }
+
+    pub fn business_key(&self, channel: Channel) -> BusinessKey {
+        BusinessKey {
+            marketplace_id: self.marketplace_id.clone(),
+            order_id: self.order_id.clone(),
+            event_kind: self.event_kind.clone(),
+            channel,
+        }
+    }
+}
+
+/// The fingerprint covers every field but the transport ones, in canonical form: object
+/// keys sorted (serde_json's map is ordered), no insignificant white space.
+pub fn fingerprint(document: &Map<String, Value>) -> Fingerprint {
+    let business: Map<String, Value> = document
+        .iter()
+        .filter(|(k, _)| !TRANSPORT_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let canonical = serde_json::to_vec(&Value::Object(business))
+        .expect("serialising a serde_json value cannot fail");
+    Fingerprint(fields_hex(&[b"order-event-v1", &canonical]))
+}
+
+/// Size, UTF-8 and JSON-object checks shared by every JSON message Herald reads.
+pub fn decode_object(bytes: &[u8], max_bytes: usize) -> Result<Map<String, Value>, DecodeError> {
+    if bytes.len() > max_bytes {
+        return Err(DecodeError::new(
+            DeadLetterReason::TooLarge,
+            format!("message is {} bytes, limit is {max_bytes}", bytes.len()),
+        ));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        DecodeError::new(
+            DeadLetterReason::NotUtf8,
+            format!("value is not UTF-8: {e}"),
+        )
+    })?;
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(DecodeError::new(
+            DeadLetterReason::NotJson,
+            "value is JSON but not an object",
+        )),
+        Err(e) => Err(DecodeError::new(
+            DeadLetterReason::NotJson,
+            format!("value is not JSON: {e}"),
+        )),
+    }
+}
+
+pub(crate) fn required_str<'a>(
+    doc: &'a Map<String, Value>,
+    name: &str,
+) -> Result<&'a str, DecodeError> {
+    match doc.get(name) {
+        Some(Value::String(s)) => Ok(s),
+        Some(Value::Null) | None => Err(DecodeError::new(
+            DeadLetterReason::MissingField,
+            format!("field {name:?} is missing"),
+        )),
+        Some(other) => Err(DecodeError::new(
+            DeadLetterReason::WrongType,
+            format!(
+                "field {name:?} must be a string, found {}",
+                json_type(other)
+            ),
+        )),
+    }
+}
+
+/// An identifier: a non-empty string of at most [`MAX_ID_LEN`] bytes without control
+/// characters (they would corrupt logs, headers and psql output).
+pub(crate) fn required_id(doc: &Map<String, Value>, name: &str) -> Result<String, DecodeError> {
+    let s = required_str(doc, name)?;
+    check_id(name, s)?;
+    Ok(s.to_owned())
+}
+
+pub(crate) fn check_id(name: &str, s: &str) -> Result<(), DecodeError> {
+    if s.trim().is_empty() {
+        return Err(DecodeError::new(
+            DeadLetterReason::InvalidValue,
+            format!("field {name:?} is empty"),
+        ));
+    }
+    if s.len() > MAX_ID_LEN {
+        return Err(DecodeError::new(
+            DeadLetterReason::InvalidValue,
+            format!(
+                "field {name:?} is {} bytes long, limit is {MAX_ID_LEN}",
+                s.len()
+            ),
+        ));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(DecodeError::new(
+            DeadLetterReason::InvalidValue,
+            format!("field {name:?} contains control characters"),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = r#"{"event_id":"evt-1","event_kind":"order.created","marketplace_id":"acme","order_id":"8042","seller_id":"seller-19","occurred_at":"2026-09-21T10:00:00Z","order":{"total":"129.90","currency":"EUR","item_count":3}}"#;
+
+    fn decode(s: &str) -> Result<OrderEvent, DecodeError> {
+        OrderEvent::decode(s.as_bytes(), 65536)
+    }
+
+    fn reason(s: &str) -> DeadLetterReason {
+        decode(s).unwrap_err().reason
+    }
+
+    #[test]
+    fn sample_event_decodes() {
+        let e = decode(SAMPLE).unwrap();
+        assert_eq!(e.event_kind, "order.created");
+        assert_eq!(e.order_id, "8042");
+        assert_eq!(e.occurred_at.to_rfc3339(), "2026-09-21T10:00:00+00:00");
+    }
+
+    #[test]
+    fn fingerprint_ignores_transport_fields_and_key_order() {
+        let a = decode(SAMPLE).unwrap();
+        let b = decode(r#"{"order":{"item_count":3,"currency":"EUR","total":"129.90"},"seller_id":"seller-19","event_id":"evt-2","produced_at":"2026-09-21T10:00:05Z","event_kind":"order.created","marketplace_id":"acme","order_id":"8042","occurred_at":"2026-09-21T10:00:00Z"}"#).unwrap();
+        assert_eq!(a.fingerprint, b.fingerprint);
+    }
+
+    #[test]
+    fn fingerprint_changes_with_business_content() {
+        let a = decode(SAMPLE).unwrap();
+        let b = decode(&SAMPLE.replace("129.90", "139.90")).unwrap();
+        let c = decode(&SAMPLE.replace("}}", "},\"note\":\"x\"}")).unwrap();
+        assert_ne!(a.fingerprint, b.fingerprint);
+        assert_ne!(
+            a.fingerprint, c.fingerprint,
+            "unknown fields are business content"
+        );
+    }
+
+    #[test]
+    fn poison_kinds_are_named() {
+        assert_eq!(
+            OrderEvent::decode(SAMPLE.as_bytes(), 10)
+                .unwrap_err()
+                .reason,
+            DeadLetterReason::TooLarge
+        );
+        assert_eq!(
+            OrderEvent::decode(b"{\"event_id\":\"\xff\"}", 100)
+                .unwrap_err()
+                .reason,
+            DeadLetterReason::NotUtf8
+        );
+        assert_eq!(reason("not json"), DeadLetterReason::NotJson);
+        assert_eq!(reason("[1,2]"), DeadLetterReason::NotJson);
+        assert_eq!(
+            reason(&SAMPLE.replace("\"order_id\":\"8042\",", "")),
+            DeadLetterReason::MissingField
+        );
+        assert_eq!(
+            reason(&SAMPLE.replace("\"8042\"", "8042")),
+            DeadLetterReason::WrongType
+        );
+        assert_eq!(
+            reason(&SAMPLE.replace("2026-09-21T10:00:00Z", "yesterday")),
+            DeadLetterReason::InvalidValue
+        );
+        assert_eq!(
+            reason(&SAMPLE.replace("\"8042\"", "\"80\\n42\"")),
+            DeadLetterReason::InvalidValue
+        );
+        assert_eq!(
+            reason(&SAMPLE.replace("order.created", "order created")),
+            DeadLetterReason::InvalidValue
+        );
+        assert_eq!(
+            reason(&SAMPLE.replace(
+                "{\"total\":\"129.90\",\"currency\":\"EUR\",\"item_count\":3}",
+                "3"
+            )),
+            DeadLetterReason::WrongType
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! Intent states and attempt outcomes, exactly as named in DESIGN.md. Stored as text with
+//! CHECK constraints (see migrations/) so psql output is readable during an incident.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentState {
+    Pending,
+    Sending,
+    Accepted,
+    Rejected,
+    RetryScheduled,
+    Unknown,
+    Failed,
+    Suppressed,
+}
+
+impl IntentState {
+    pub const ALL: [IntentState; 8] = [
+        IntentState::Pending,
+        IntentState::Sending,
+        IntentState::Accepted,
+        IntentState::Rejected,
+        IntentState::RetryScheduled,
+        IntentState::Unknown,
+        IntentState::Failed,
+        IntentState::Suppressed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentState::Pending => "pending",
+            IntentState::Sending => "sending",
+            IntentState::Accepted => "accepted",
+            IntentState::Rejected => "rejected",
+            IntentState::RetryScheduled => "retry_scheduled",
+            IntentState::Unknown => "unknown",
+            IntentState::Failed => "failed",
+            IntentState::Suppressed => "suppressed",
+        }
+    }
+
+    /// A terminal intent is never sent again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            IntentState::Accepted
+                | IntentState::Rejected
+                | IntentState::Failed
+                | IntentState::Suppressed
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Started,
+    Accepted,
+    Rejected,
+    Retryable,
+    Unknown,
+}
+
+impl AttemptOutcome {
+    pub const ALL: [AttemptOutcome; 5] = [
+        AttemptOutcome::Started,
+        AttemptOutcome::Accepted,
+        AttemptOutcome::Rejected,
+        AttemptOutcome::Retryable,
+        AttemptOutcome::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Started => "started",
+            AttemptOutcome::Accepted => "accepted",
+            AttemptOutcome::Rejected => "rejected",
+            AttemptOutcome::Retryable => "retryable",
+            AttemptOutcome::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown {kind} {value:?}")]
+pub struct UnknownValue {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+macro_rules! text_enum {
+    ($ty:ty, $kind:literal) => {
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $ty {
+            type Err = UnknownValue;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| UnknownValue {
+                        kind: $kind,
+                        value: s.to_owned(),
+                    })
+            }
+        }
+    };
+}
+
+text_enum!(IntentState, "intent state");
+text_enum!(AttemptOutcome, "attempt outcome");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_their_text_form() {
+        for s in IntentState::ALL {
+            assert_eq!(s.as_str().parse::<IntentState>().unwrap(), s);
+        }
+        for o in AttemptOutcome::ALL {
+            assert_eq!(o.as_str().parse::<AttemptOutcome>().unwrap(), o);
+        }
+        assert!("done".parse::<IntentState>().is_err());
+    }
+
+    #[test]
+    fn only_final_states_are_terminal() {
+        assert!(IntentState::Suppressed.is_terminal());
+        assert!(IntentState::Accepted.is_terminal());
+        assert!(!IntentState::Unknown.is_terminal());
+        assert!(!IntentState::RetryScheduled.is_terminal());
+        assert!(!IntentState::Pending.is_terminal());
+    }
+}

@@ -1,0 +1,62 @@
+//! librdkafka configuration shared by every client Herald creates. Extra properties from
+//! the `[kafka.properties]` table (SASL, TLS, tuning) are passed through verbatim.
+
+use std::collections::BTreeMap;
+
+use rdkafka::ClientConfig;
+
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    pub brokers: String,
+    pub client_id: String,
+    /// Passed through to every client, after Herald's own settings (so they can override
+    /// tuning, never the offset discipline: see [`KafkaSettings::consumer`]).
+    pub properties: BTreeMap<String, String>,
+}
+
+impl KafkaSettings {
+    fn base(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers)
+            .set("client.id", &self.client_id)
+            .set("socket.keepalive.enable", "true");
+        for (k, v) in &self.properties {
+            c.set(k, v);
+        }
+        c
+    }
+
+    /// At-least-once consumer: offsets are stored explicitly after the work is durable and
+    /// committed by librdkafka's auto-commit; cooperative-sticky assignment.
+    pub fn consumer(&self, group_id: &str) -> ClientConfig {
+        let mut c = self.base();
+        c.set("group.id", group_id)
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "1000")
+            .set("max.poll.interval.ms", "300000")
+            .set("auto.commit.interval.ms", "1000");
+        // These three make the at-least-once promise; they are set last so that no
+        // pass-through property can change them.
+        c.set("enable.auto.commit", "true")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed");
+        c
+    }
+
+    /// Idempotent producer, acknowledged by all in-sync replicas.
+    pub fn producer(&self) -> ClientConfig {
+        let mut c = self.base();
+        c.set("linger.ms", "5")
+            .set("message.timeout.ms", "30000")
+            .set("enable.idempotence", "true")
+            .set("acks", "all");
+        c
+    }
+
+    pub fn admin(&self) -> ClientConfig {
+        self.base()
+    }
+}

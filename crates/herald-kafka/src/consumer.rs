@@ -1,0 +1,183 @@
+//! A consumer that hands out poll batches and stores offsets only when told the batch's
+//! work is durable.
+//!
+//! Ingest processes a batch as a whole (one PostgreSQL transaction), so the positions to
+//! store are simply "one past the last message of each partition in the batch".
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use tracing::{debug, info, warn};
+
+use crate::{KafkaSettings, Result};
+
+/// Logs assignments and revocations, and the outcome of each offset commit.
+pub struct LoggingContext {
+    group: String,
+}
+
+impl ClientContext for LoggingContext {}
+
+impl ConsumerContext for LoggingContext {
+    fn post_rebalance(
+        &self,
+        _consumer: &rdkafka::consumer::BaseConsumer<Self>,
+        rebalance: &Rebalance<'_>,
+    ) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                info!(group = %self.group, partitions = %describe(tpl), "partitions assigned")
+            }
+            Rebalance::Revoke(tpl) => {
+                info!(group = %self.group, partitions = %describe(tpl), "partitions revoked")
+            }
+            Rebalance::Error(e) => warn!(group = %self.group, error = %e, "rebalance error"),
+        }
+    }
+
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        offsets: &TopicPartitionList,
+    ) {
+        match result {
+            Ok(()) => {
+                debug!(group = %self.group, offsets = %describe(offsets), "offsets committed")
+            }
+            // No stored offset newer than the last commit: nothing to do.
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::NoOffset,
+            )) => {}
+            Err(e) => {
+                warn!(group = %self.group, error = %e, "offset commit failed; it is retried at the next interval")
+            }
+        }
+    }
+}
+
+fn describe(tpl: &TopicPartitionList) -> String {
+    tpl.elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => format!("{}/{}@{o}", e.topic(), e.partition()),
+            _ => format!("{}/{}", e.topic(), e.partition()),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The next offset to read in one partition: what gets stored and committed.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub next_offset: i64,
+}
+
+/// Positions to store after a batch: for each partition, one past its highest offset.
+pub fn positions_after(batch: &[OwnedMessage]) -> Vec<Position> {
+    let mut highest: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    for m in batch {
+        let e = highest
+            .entry((m.topic().to_owned(), m.partition()))
+            .or_insert(m.offset());
+        *e = (*e).max(m.offset());
+    }
+    highest
+        .into_iter()
+        .map(|((topic, partition), o)| Position {
+            topic,
+            partition,
+            next_offset: o + 1,
+        })
+        .collect()
+}
+
+pub struct BatchConsumer {
+    consumer: StreamConsumer<LoggingContext>,
+    group: String,
+}
+
+impl BatchConsumer {
+    pub fn subscribe(settings: &KafkaSettings, group: &str, topics: &[&str]) -> Result<Self> {
+        let consumer: StreamConsumer<LoggingContext> = settings
+            .consumer(group)
+            .create_with_context(LoggingContext {
+                group: group.to_owned(),
+            })?;
+        consumer.subscribe(topics)?;
+        Ok(Self {
+            consumer,
+            group: group.to_owned(),
+        })
+    }
+
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Waits for a first message, then gathers more until `max` messages or `linger` has
+    /// passed. Errors from the broker connection are logged and waited out by librdkafka;
+    /// they end the batch early rather than failing it.
+    pub async fn next_batch(&self, max: usize, linger: Duration) -> Result<Vec<OwnedMessage>> {
+        let first = self.consumer.recv().await?.detach();
+        let mut batch = vec![first];
+        let deadline = Instant::now() + linger;
+        while batch.len() < max {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            match tokio::time::timeout(left, self.consumer.recv()).await {
+                Ok(Ok(m)) => batch.push(m.detach()),
+                Ok(Err(e)) => {
+                    warn!(group = %self.group, error = %e, "consumer error while gathering a batch");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        Ok(batch)
+    }
+
+    /// Stores the positions for the next auto-commit. Call only once the work of every
+    /// message before them is durable. A partition revoked meanwhile refuses the store:
+    /// its messages come back to the next owner, where they converge.
+    pub fn store(&self, positions: &[Position]) {
+        for p in positions {
+            let mut tpl = TopicPartitionList::new();
+            if let Err(e) =
+                tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.next_offset))
+            {
+                warn!(error = %e, "invalid offset position");
+                continue;
+            }
+            if let Err(e) = self.consumer.store_offsets(&tpl) {
+                info!(group = %self.group, topic = %p.topic, partition = p.partition, error = %e,
+                      "offset not stored (partition no longer assigned); the next owner replays it");
+            }
+        }
+    }
+
+    /// Commits the stored offsets now and waits for the broker (used on shutdown).
+    pub fn commit_stored(&self) -> Result<()> {
+        match self
+            .consumer
+            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+        {
+            Ok(()) => Ok(()),
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::NoOffset,
+            )) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Leaves the group cleanly (revokes and commits), then returns.
+    pub fn unsubscribe(&self) {
+        self.consumer.unsubscribe();
+    }
+}

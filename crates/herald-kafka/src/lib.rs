@@ -1,0 +1,30 @@
+//! Herald's Kafka side: client configuration, the batch consumer, the dead-letter
+//! producer, topic administration and header conventions.
+//!
+//! Offsets are stored here and only here: a caller hands back the positions whose work is
+//! durable, and this crate stores them (`enable.auto.offset.store=false`) for librdkafka's
+//! auto-commit to pick up. Nothing in this crate knows about PostgreSQL.
+
+pub mod admin;
+pub mod client;
+pub mod consumer;
+pub mod dead_letter;
+pub mod headers;
+
+pub use client::KafkaSettings;
+pub use consumer::{BatchConsumer, Position};
+pub use dead_letter::{DeadLetter, DeadLetterProducer};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    #[error("kafka: {0}")]
+    Client(#[from] rdkafka::error::KafkaError),
+    #[error("topic {topic:?}: {detail}")]
+    Topic { topic: String, detail: String },
+}
+
+pub type Result<T, E = KafkaError> = std::result::Result<T, E>;
+
+/// The message type batches are made of, and the trait to read it.
+pub use rdkafka::message::OwnedMessage;
+pub use rdkafka::Message;

@@ -1,0 +1,405 @@
+//! The ingest transaction: one per poll batch, set-based statements only.
+//!
+//! Within [`IngestTx`] the batch's seller records are applied, the profiles and active
+//! templates it needs are read, and [`IngestTx::converge`] turns rendered notifications into
+//! intents: new business keys get an intent, its payload and an outbox row; known keys with
+//! the same fingerprint converge (duplicates); known keys with another fingerprint are
+//! recorded in `intent_conflicts` and never sent.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use herald_core::render::TemplateRevision;
+use herald_core::{
+    BusinessKey, Fingerprint, IdempotencyKey, IntentState, Payload, SellerProfile, SellerRecord,
+};
+use uuid::Uuid;
+
+use crate::{sellers, templates, Connection, Result};
+
+/// Where a message came from, kept on the intent and on a conflict as evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceRef {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// One (event, channel) ready to converge.
+#[derive(Debug, Clone)]
+pub struct NewIntent {
+    pub key: BusinessKey,
+    pub idempotency_key: IdempotencyKey,
+    pub fingerprint: Fingerprint,
+    pub seller_id: String,
+    pub payload: Payload,
+    pub payload_digest: String,
+    pub event_id: String,
+    pub occurred_at: DateTime<Utc>,
+    pub trace_context: Option<String>,
+    pub source: SourceRef,
+    /// The event as received, stored with a conflict as evidence.
+    pub event_document: serde_json::Value,
+}
+
+/// What became of one [`NewIntent`], in input order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Convergence {
+    /// A new intent (with an outbox row unless suppressed).
+    Created { intent_id: Uuid, state: IntentState },
+    /// The key existed with the same fingerprint: nothing written.
+    Duplicate { intent_id: Uuid },
+    /// The key existed with another fingerprint. `newly_recorded` is false when this very
+    /// source offset had been recorded before (a replay after a crash).
+    Conflict {
+        intent_id: Uuid,
+        existing_fingerprint: String,
+        newly_recorded: bool,
+    },
+}
+
+pub struct IngestTx<'a> {
+    tx: deadpool_postgres::Transaction<'a>,
+}
+
+impl<'a> IngestTx<'a> {
+    pub async fn begin(conn: &'a mut Connection) -> Result<Self> {
+        Ok(Self {
+            tx: conn.transaction().await?,
+        })
+    }
+
+    /// Applies the batch's seller records, folded to one per seller.
+    pub async fn apply_sellers(&self, records: Vec<SellerRecord>) -> Result<(u64, u64)> {
+        let folded = sellers::fold_seller_records(records);
+        sellers::apply(&*self.tx, &folded).await
+    }
+
+    pub async fn sellers(
+        &self,
+        keys: &[(String, String)],
+    ) -> Result<HashMap<(String, String), SellerProfile>> {
+        sellers::lookup(&*self.tx, keys).await
+    }
+
+    pub async fn active_templates(&self) -> Result<Vec<TemplateRevision>> {
+        templates::load_active(&*self.tx).await
+    }
+
+    /// Creates or converges the intents of a batch. Returns one [`Convergence`] per input,
+    /// in input order.
+    pub async fn converge(&self, intents: &[NewIntent]) -> Result<Vec<Convergence>> {
+        if intents.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.insert_payloads(intents).await?;
+
+        // The first occurrence of each key in the batch is the candidate for creation; later
+        // occurrences are compared against whatever row ends up holding the key.
+        let mut seen = HashSet::new();
+        let mut candidates: Vec<(usize, Uuid)> = intents
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| seen.insert(i.idempotency_key.as_str()))
+            .map(|(n, _)| (n, Uuid::now_v7()))
+            .collect();
+        // Two ingest instances inserting overlapping keys take the unique-index locks in
+        // the same order, so they wait for each other instead of deadlocking.
+        candidates.sort_by(|a, b| {
+            intents[a.0]
+                .idempotency_key
+                .cmp(&intents[b.0].idempotency_key)
+        });
+        let created = self.insert_intents(intents, &candidates).await?;
+
+        let created_at: HashMap<usize, Uuid> = candidates
+            .iter()
+            .filter(|(_, id)| created.contains_key(id))
+            .copied()
+            .collect();
+        let others: Vec<&str> = intents
+            .iter()
+            .enumerate()
+            .filter(|(n, _)| !created_at.contains_key(n))
+            .map(|(_, i)| i.idempotency_key.as_str())
+            .collect();
+        let existing = self.existing(&others).await?;
+
+        let mut results = Vec::with_capacity(intents.len());
+        let mut conflicts = Vec::new();
+        for (n, intent) in intents.iter().enumerate() {
+            if let Some(id) = created_at.get(&n) {
+                results.push(Convergence::Created {
+                    intent_id: *id,
+                    state: created[id],
+                });
+                continue;
+            }
+            let (id, fingerprint) = existing
+                .get(intent.idempotency_key.as_str())
+                .cloned()
+                .ok_or_else(|| {
+                    crate::StoreError::Corrupt(format!(
+                        "intent {} vanished within the ingest transaction",
+                        intent.key
+                    ))
+                })?;
+            if fingerprint == intent.fingerprint.as_str() {
+                results.push(Convergence::Duplicate { intent_id: id });
+            } else {
+                conflicts.push((n, id, fingerprint.clone()));
+                results.push(Convergence::Conflict {
+                    intent_id: id,
+                    existing_fingerprint: fingerprint,
+                    newly_recorded: false,
+                });
+            }
+        }
+        if !conflicts.is_empty() {
+            let recorded = self.insert_conflicts(intents, &conflicts).await?;
+            for (n, id, _) in &conflicts {
+                let s = &intents[*n].source;
+                if recorded.contains(&(*id, s.partition, s.offset, s.topic.clone())) {
+                    if let Convergence::Conflict { newly_recorded, .. } = &mut results[*n] {
+                        *newly_recorded = true;
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Failure policy: a crash before this commit rolls everything back and the batch's
+    /// offsets were not stored, so the batch is read again. A crash after it, before the
+    /// offsets are stored, replays the batch: every key then converges as a duplicate (or a
+    /// conflict already recorded), so no second intent or outbox row appears.
+    pub async fn commit(self) -> Result<()> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+
+    async fn insert_payloads(&self, intents: &[NewIntent]) -> Result<()> {
+        let mut unique: Vec<&NewIntent> = intents.iter().collect();
+        // Sorted by digest: concurrent batches lock index entries in one order.
+        unique.sort_by(|a, b| a.payload_digest.cmp(&b.payload_digest));
+        unique.dedup_by(|a, b| a.payload_digest == b.payload_digest);
+        let mut c = PayloadColumns::default();
+        for i in unique {
+            c.push(&i.payload_digest, &i.payload);
+        }
+        // notification_payloads_pkey (digest): content-addressed, so an existing row is
+        // the same content.
+        self.tx
+            .execute(
+                "INSERT INTO notification_payloads
+                    (digest, channel, destination, locale, consent, template, template_revision, subject, body_text, body_html)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                      $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
+                 ON CONFLICT ON CONSTRAINT notification_payloads_pkey DO NOTHING",
+                &[
+                    &c.digest, &c.channel, &c.destination, &c.locale, &c.consent, &c.template,
+                    &c.revision, &c.subject, &c.body_text, &c.body_html,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Inserts the candidates; returns the ids actually created with their state. The
+    /// outbox rows of created, sendable intents are inserted by the same statement.
+    async fn insert_intents(
+        &self,
+        intents: &[NewIntent],
+        candidates: &[(usize, Uuid)],
+    ) -> Result<HashMap<Uuid, IntentState>> {
+        let mut c = IntentColumns::default();
+        for (n, id) in candidates {
+            c.push(*id, &intents[*n]);
+        }
+        // notification_intents_business_key / _idempotency_key: DO NOTHING leaves a
+        // known key to the comparison in `converge`. next_attempt_at is now() for a
+        // sendable intent: it is due at once.
+        let rows = self
+            .tx
+            .query(
+                "WITH input AS (
+                    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                                         $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int4[], $18::int8[])
+                        AS t(id, marketplace_id, order_id, event_kind, channel, idempotency_key,
+                             request_fingerprint, seller_id, template, template_revision, payload_digest, consent,
+                             trace_context, event_id, occurred_at, source_topic, source_partition, source_offset)
+                 ), created AS (
+                    INSERT INTO notification_intents
+                        (id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
+                         seller_id, template, template_revision, payload_digest, consent, state, next_attempt_at,
+                         trace_context, event_id, occurred_at, source_topic, source_partition, source_offset)
+                    SELECT id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
+                           seller_id, template, template_revision, payload_digest, consent,
+                           CASE WHEN consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
+                           CASE WHEN consent = 'granted' THEN now() END,
+                           trace_context, event_id, occurred_at, source_topic, source_partition, source_offset
+                    FROM input
+                    ON CONFLICT DO NOTHING
+                    RETURNING id, state, trace_context
+                 ), queued AS (
+                    INSERT INTO outbox (intent_id, trace_context)
+                    SELECT id, trace_context FROM created WHERE state = 'pending'
+                 )
+                 SELECT id, state FROM created",
+                &[
+                    &c.id, &c.marketplace, &c.order, &c.kind, &c.channel, &c.idempotency, &c.fingerprint,
+                    &c.seller, &c.template, &c.revision, &c.digest, &c.consent, &c.trace, &c.event_id,
+                    &c.occurred_at, &c.topic, &c.partition, &c.offset,
+                ],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let state: &str = r.get(1);
+                let state = state.parse().map_err(|e| {
+                    crate::StoreError::Corrupt(format!("notification_intents.state: {e}"))
+                })?;
+                Ok((r.get(0), state))
+            })
+            .collect()
+    }
+
+    async fn existing(&self, keys: &[&str]) -> Result<HashMap<String, (Uuid, String)>> {
+        if keys.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // notification_intents_idempotency_key
+        let rows = self
+            .tx
+            .query(
+                "SELECT idempotency_key, id, request_fingerprint FROM notification_intents
+                 WHERE idempotency_key = ANY($1::text[])",
+                &[&keys],
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get(0), (r.get(1), r.get(2))))
+            .collect())
+    }
+
+    /// Returns the (intent, partition, offset, topic) of conflicts not recorded before.
+    async fn insert_conflicts(
+        &self,
+        intents: &[NewIntent],
+        conflicts: &[(usize, Uuid, String)],
+    ) -> Result<HashSet<(Uuid, i32, i64, String)>> {
+        let mut ids = Vec::new();
+        let mut existing = Vec::new();
+        let mut offending = Vec::new();
+        let mut event_ids = Vec::new();
+        let mut events = Vec::new();
+        let mut topics = Vec::new();
+        let mut partitions = Vec::new();
+        let mut offsets = Vec::new();
+        for (n, id, fp) in conflicts {
+            let i = &intents[*n];
+            ids.push(*id);
+            existing.push(fp.as_str());
+            offending.push(i.fingerprint.as_str());
+            event_ids.push(i.event_id.as_str());
+            events.push(&i.event_document);
+            topics.push(i.source.topic.as_str());
+            partitions.push(i.source.partition);
+            offsets.push(i.source.offset);
+        }
+        // intent_conflicts_source: the same offending message (replayed) is recorded once.
+        let rows = self
+            .tx
+            .query(
+                "INSERT INTO intent_conflicts
+                    (intent_id, existing_fingerprint, offending_fingerprint, offending_event_id, offending_event,
+                     source_topic, source_partition, source_offset)
+                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::jsonb[],
+                                      $6::text[], $7::int4[], $8::int8[])
+                 ON CONFLICT ON CONSTRAINT intent_conflicts_source DO NOTHING
+                 RETURNING intent_id, source_partition, source_offset, source_topic",
+                &[&ids, &existing, &offending, &event_ids, &events, &topics, &partitions, &offsets],
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect())
+    }
+}
+
+#[derive(Default)]
+struct PayloadColumns<'a> {
+    digest: Vec<&'a str>,
+    channel: Vec<&'static str>,
+    destination: Vec<Option<&'a str>>,
+    locale: Vec<&'a str>,
+    consent: Vec<&'static str>,
+    template: Vec<&'a str>,
+    revision: Vec<&'a str>,
+    subject: Vec<Option<&'a str>>,
+    body_text: Vec<&'a str>,
+    body_html: Vec<Option<&'a str>>,
+}
+
+impl<'a> PayloadColumns<'a> {
+    fn push(&mut self, digest: &'a str, p: &'a Payload) {
+        self.digest.push(digest);
+        self.channel.push(p.channel.as_str());
+        self.destination.push(p.destination.as_deref());
+        self.locale.push(&p.locale);
+        self.consent.push(p.consent.as_str());
+        self.template.push(&p.template);
+        self.revision.push(&p.template_revision);
+        self.subject.push(p.subject.as_deref());
+        self.body_text.push(&p.body_text);
+        self.body_html.push(p.body_html.as_deref());
+    }
+}
+
+#[derive(Default)]
+struct IntentColumns<'a> {
+    id: Vec<Uuid>,
+    marketplace: Vec<&'a str>,
+    order: Vec<&'a str>,
+    kind: Vec<&'a str>,
+    channel: Vec<&'static str>,
+    idempotency: Vec<&'a str>,
+    fingerprint: Vec<&'a str>,
+    seller: Vec<&'a str>,
+    template: Vec<&'a str>,
+    revision: Vec<&'a str>,
+    digest: Vec<&'a str>,
+    consent: Vec<&'static str>,
+    trace: Vec<Option<&'a str>>,
+    event_id: Vec<&'a str>,
+    occurred_at: Vec<DateTime<Utc>>,
+    topic: Vec<&'a str>,
+    partition: Vec<i32>,
+    offset: Vec<i64>,
+}
+
+impl<'a> IntentColumns<'a> {
+    fn push(&mut self, id: Uuid, i: &'a NewIntent) {
+        self.id.push(id);
+        self.marketplace.push(&i.key.marketplace_id);
+        self.order.push(&i.key.order_id);
+        self.kind.push(&i.key.event_kind);
+        self.channel.push(i.key.channel.as_str());
+        self.idempotency.push(i.idempotency_key.as_str());
+        self.fingerprint.push(i.fingerprint.as_str());
+        self.seller.push(&i.seller_id);
+        self.template.push(&i.payload.template);
+        self.revision.push(&i.payload.template_revision);
+        self.digest.push(&i.payload_digest);
+        self.consent.push(i.payload.consent.as_str());
+        self.trace.push(i.trace_context.as_deref());
+        self.event_id.push(&i.event_id);
+        self.occurred_at.push(i.occurred_at);
+        self.topic.push(&i.source.topic);
+        self.partition.push(i.source.partition);
+        self.offset.push(i.source.offset);
+    }
+}

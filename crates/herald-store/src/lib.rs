@@ -1,0 +1,142 @@
+//! Herald's PostgreSQL store: the connection pool, the migrations runner, and every SQL
+//! statement Herald runs. No other crate writes SQL.
+//!
+//! Each statement names the index it relies on in a comment next to it. Constraint names
+//! are mapped to domain errors here (a unique violation on a business key is an outcome,
+//! not a failure).
+
+pub mod ingest;
+pub mod inspect;
+pub mod migrate;
+pub mod sellers;
+pub mod templates;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+pub use deadpool_postgres::Object as Connection;
+pub use ingest::{Convergence, IngestTx, NewIntent};
+pub use templates::PublishOutcome;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid database url: {0}")]
+    Config(String),
+    #[error("could not get a database connection: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("database error: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("migration failed: {0}")]
+    Migration(#[from] refinery::Error),
+    #[error(
+        "revision {revision:?} of template {template:?} ({channel}, {locale}) is already published \
+         with other content; template revisions are immutable, publish a new revision instead"
+    )]
+    RevisionContentMismatch {
+        template: String,
+        channel: String,
+        locale: String,
+        revision: String,
+    },
+    #[error("template {template:?} ({channel}, {locale}) has no revision {revision:?}")]
+    RevisionNotFound {
+        template: String,
+        channel: String,
+        locale: String,
+        revision: String,
+    },
+    #[error("stored value is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// True when the error is about reaching PostgreSQL (down, restarting, network), so the
+    /// caller should retry the same work later rather than give up on it.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Pool(_) => true,
+            StoreError::Db(e) => {
+                e.is_closed()
+                    || e.code().is_none_or(|c| {
+                        // Class 08 connection exceptions, 57P01..03 shutdown/cannot connect,
+                        // 40001/40P01 serialization failure and deadlock.
+                        c.code().starts_with("08")
+                            || c.code().starts_with("57P")
+                            || c.code() == "40001"
+                            || c.code() == "40P01"
+                    })
+            }
+            _ => false,
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Pool settings from the `[database]` section of the configuration.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub url: String,
+    pub pool_size: usize,
+    pub connect_timeout: Duration,
+}
+
+/// A handle on the database: cheap to clone, shared by every task of a role.
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    pg_config: tokio_postgres::Config,
+}
+
+impl Store {
+    /// Builds the pool. No connection is made until the first use.
+    pub fn new(config: &StoreConfig) -> Result<Self> {
+        let mut pg_config: tokio_postgres::Config = config
+            .url
+            .parse()
+            .map_err(|e| StoreError::Config(format!("{e}")))?;
+        pg_config.connect_timeout(config.connect_timeout);
+        if pg_config.get_application_name().is_none() {
+            pg_config.application_name("herald");
+        }
+        let manager = Manager::from_config(
+            pg_config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(config.pool_size)
+            .wait_timeout(Some(config.connect_timeout))
+            .create_timeout(Some(config.connect_timeout))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .map_err(|e| StoreError::Config(e.to_string()))?;
+        Ok(Self { pool, pg_config })
+    }
+
+    pub async fn conn(&self) -> Result<Connection> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// A connection outside the pool, for long sessions (migrations, LISTEN).
+    pub async fn dedicated(&self) -> Result<tokio_postgres::Client> {
+        let (client, connection) = self.pg_config.connect(NoTls).await?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "dedicated database connection ended");
+            }
+        });
+        Ok(client)
+    }
+
+    /// One round trip, for readiness checks.
+    pub async fn ping(&self) -> Result<()> {
+        self.conn().await?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+pub use tokio_postgres::Config as PgConfig;

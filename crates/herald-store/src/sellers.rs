@@ -1,0 +1,196 @@
+//! Seller profiles: version-guarded upserts, tombstone deletes, and batch lookups.
+
+use std::collections::HashMap;
+
+use herald_core::{SellerProfile, SellerRecord};
+use tokio_postgres::GenericClient;
+
+use crate::Result;
+
+/// Folds the records of one batch into the final record per seller, in offset order: a
+/// tombstone deletes whatever came before; among upserts the highest version wins.
+pub fn fold_seller_records(records: Vec<SellerRecord>) -> Vec<SellerRecord> {
+    let mut order: Vec<(String, String)> = Vec::new();
+    let mut last: HashMap<(String, String), SellerRecord> = HashMap::new();
+    for rec in records {
+        let (m, s) = rec.ids();
+        let key = (m.to_owned(), s.to_owned());
+        let keep_previous = match (last.get(&key), &rec) {
+            (Some(SellerRecord::Upsert(prev)), SellerRecord::Upsert(new)) => {
+                prev.version >= new.version
+            }
+            _ => false,
+        };
+        if !last.contains_key(&key) {
+            order.push(key.clone());
+        }
+        if !keep_previous {
+            last.insert(key, rec);
+        }
+    }
+    // Sorted by key so that concurrent batches lock seller rows in one order.
+    order.sort();
+    order.into_iter().filter_map(|k| last.remove(&k)).collect()
+}
+
+/// Applies folded records (at most one per seller): upserts only when newer than the
+/// stored version, deletes for tombstones. Returns (upserted, deleted) row counts.
+pub(crate) async fn apply(
+    client: &impl GenericClient,
+    records: &[SellerRecord],
+) -> Result<(u64, u64)> {
+    let mut up = UpsertColumns::default();
+    let (mut del_m, mut del_s) = (Vec::new(), Vec::new());
+    for rec in records {
+        match rec {
+            SellerRecord::Upsert(p) => up.push(p),
+            SellerRecord::Delete {
+                marketplace_id,
+                seller_id,
+            } => {
+                del_m.push(marketplace_id.as_str());
+                del_s.push(seller_id.as_str());
+            }
+        }
+    }
+    let mut upserted = 0;
+    if !up.marketplace.is_empty() {
+        // sellers_pkey; the WHERE keeps a replayed or reordered older version from winning.
+        upserted = client
+            .execute(
+                "INSERT INTO sellers (marketplace_id, seller_id, email, phone, locale, email_opt_in, sms_opt_in, version)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::bool[], $8::int8[])
+                 ON CONFLICT ON CONSTRAINT sellers_pkey DO UPDATE SET
+                    email = EXCLUDED.email, phone = EXCLUDED.phone, locale = EXCLUDED.locale,
+                    email_opt_in = EXCLUDED.email_opt_in, sms_opt_in = EXCLUDED.sms_opt_in,
+                    version = EXCLUDED.version, updated_at = now()
+                 WHERE sellers.version < EXCLUDED.version",
+                &[
+                    &up.marketplace,
+                    &up.seller,
+                    &up.email,
+                    &up.phone,
+                    &up.locale,
+                    &up.email_opt_in,
+                    &up.sms_opt_in,
+                    &up.version,
+                ],
+            )
+            .await?;
+    }
+    let mut deleted = 0;
+    if !del_m.is_empty() {
+        // sellers_pkey
+        deleted = client
+            .execute(
+                "DELETE FROM sellers s USING unnest($1::text[], $2::text[]) AS d(marketplace_id, seller_id)
+                 WHERE s.marketplace_id = d.marketplace_id AND s.seller_id = d.seller_id",
+                &[&del_m, &del_s],
+            )
+            .await?;
+    }
+    Ok((upserted, deleted))
+}
+
+/// The stored profiles of the given sellers.
+pub(crate) async fn lookup(
+    client: &impl GenericClient,
+    keys: &[(String, String)],
+) -> Result<HashMap<(String, String), SellerProfile>> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let m: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
+    let s: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+    // sellers_pkey
+    let rows = client
+        .query(
+            "SELECT s.marketplace_id, s.seller_id, s.email, s.phone, s.locale, s.email_opt_in, s.sms_opt_in, s.version
+             FROM sellers s JOIN unnest($1::text[], $2::text[]) AS k(marketplace_id, seller_id)
+               ON s.marketplace_id = k.marketplace_id AND s.seller_id = k.seller_id",
+            &[&m, &s],
+        )
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let p = SellerProfile {
+                marketplace_id: r.get(0),
+                seller_id: r.get(1),
+                email: r.get(2),
+                phone: r.get(3),
+                locale: r.get(4),
+                email_opt_in: r.get(5),
+                sms_opt_in: r.get(6),
+                version: r.get(7),
+            };
+            ((p.marketplace_id.clone(), p.seller_id.clone()), p)
+        })
+        .collect())
+}
+
+#[derive(Default)]
+struct UpsertColumns<'a> {
+    marketplace: Vec<&'a str>,
+    seller: Vec<&'a str>,
+    email: Vec<Option<&'a str>>,
+    phone: Vec<Option<&'a str>>,
+    locale: Vec<Option<&'a str>>,
+    email_opt_in: Vec<bool>,
+    sms_opt_in: Vec<bool>,
+    version: Vec<i64>,
+}
+
+impl<'a> UpsertColumns<'a> {
+    fn push(&mut self, p: &'a SellerProfile) {
+        self.marketplace.push(&p.marketplace_id);
+        self.seller.push(&p.seller_id);
+        self.email.push(p.email.as_deref());
+        self.phone.push(p.phone.as_deref());
+        self.locale.push(p.locale.as_deref());
+        self.email_opt_in.push(p.email_opt_in);
+        self.sms_opt_in.push(p.sms_opt_in);
+        self.version.push(p.version);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(seller: &str, version: i64) -> SellerRecord {
+        SellerRecord::Upsert(SellerProfile {
+            marketplace_id: "acme".into(),
+            seller_id: seller.into(),
+            email: None,
+            phone: None,
+            locale: None,
+            email_opt_in: false,
+            sms_opt_in: false,
+            version,
+        })
+    }
+
+    fn del(seller: &str) -> SellerRecord {
+        SellerRecord::Delete {
+            marketplace_id: "acme".into(),
+            seller_id: seller.into(),
+        }
+    }
+
+    #[test]
+    fn folding_keeps_one_record_per_seller() {
+        let folded = fold_seller_records(vec![
+            up("a", 2),
+            up("b", 1),
+            up("a", 1),
+            up("a", 3),
+            del("b"),
+        ]);
+        assert_eq!(folded, vec![up("a", 3), del("b")]);
+        let folded = fold_seller_records(vec![up("b", 1), up("a", 1)]);
+        assert_eq!(folded, vec![up("a", 1), up("b", 1)]);
+        let folded = fold_seller_records(vec![del("a"), up("a", 1)]);
+        assert_eq!(folded, vec![up("a", 1)]);
+    }
+}

@@ -1,0 +1,119 @@
+use clap::Subcommand;
+use herald_core::{BusinessKey, Channel};
+use herald_store::Store;
+
+use crate::config::Config;
+
+#[derive(Subcommand)]
+pub enum IntentCommand {
+    /// Show one intent: payload digest, template revision, state, attempts, conflicts.
+    Show {
+        marketplace_id: String,
+        order_id: String,
+        event_kind: String,
+        channel: Channel,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> {
+    let IntentCommand::Show {
+        marketplace_id,
+        order_id,
+        event_kind,
+        channel,
+        json,
+    } = command;
+    let key = BusinessKey {
+        marketplace_id,
+        order_id,
+        event_kind,
+        channel,
+    };
+    let store = Store::new(&config.store())?;
+    let Some(v) = store.intent_view(&key).await? else {
+        anyhow::bail!("no intent for {key}");
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let opt = |o: Option<String>| o.unwrap_or_else(|| "-".into());
+    println!("intent            {}", v.id);
+    println!(
+        "business key      {}/{}/{}/{}",
+        v.marketplace_id, v.order_id, v.event_kind, v.channel
+    );
+    println!("idempotency key   {}", v.idempotency_key);
+    println!("fingerprint       {}", v.request_fingerprint);
+    println!("state             {}", v.state);
+    println!("consent           {}", v.consent);
+    println!("seller            {}", v.seller_id);
+    println!(
+        "template          {} revision {} (locale {})",
+        v.template, v.template_revision, v.payload.locale
+    );
+    println!("payload digest    {}", v.payload_digest);
+    println!("destination       {}", opt(v.payload.destination.clone()));
+    println!("subject           {}", opt(v.payload.subject.clone()));
+    println!("attempts          {}", v.attempt_count);
+    println!(
+        "next attempt at   {}",
+        opt(v.next_attempt_at.map(|t| t.to_rfc3339()))
+    );
+    println!(
+        "lease             {} until {}",
+        opt(v.lease_owner.clone()),
+        opt(v.lease_until.map(|t| t.to_rfc3339()))
+    );
+    println!("trace context     {}", opt(v.trace_context.clone()));
+    println!(
+        "event             {} occurred {} from {}",
+        v.event_id,
+        v.occurred_at.to_rfc3339(),
+        v.source
+    );
+    println!(
+        "created / updated {} / {}",
+        v.created_at.to_rfc3339(),
+        v.updated_at.to_rfc3339()
+    );
+    println!("outbox rows       {}", v.outbox_rows);
+    println!("attempt log:");
+    if v.attempts.is_empty() {
+        println!("  (none)");
+    }
+    for a in &v.attempts {
+        println!(
+            "  #{:<3} {:<10} {} -> {} worker={} provider_id={} error={}{}",
+            a.attempt_no,
+            a.outcome,
+            a.started_at.to_rfc3339(),
+            opt(a.finished_at.map(|t| t.to_rfc3339())),
+            a.worker,
+            opt(a.provider_message_id.clone()),
+            opt(a.error_category.clone()),
+            if a.after_unknown {
+                " (after unknown)"
+            } else {
+                ""
+            }
+        );
+    }
+    println!("conflicts:");
+    if v.conflicts.is_empty() {
+        println!("  (none)");
+    }
+    for c in &v.conflicts {
+        println!(
+            "  event {} fingerprint {} from {} at {}",
+            c.offending_event_id,
+            c.offending_fingerprint,
+            c.source,
+            c.detected_at.to_rfc3339()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,460 @@
+//! Configuration: embedded defaults, then the TOML file, then `HERALD_*` environment
+//! variables (`HERALD_DATABASE__URL` sets `database.url`). Validated at start-up; every
+//! error names the key. Every key is documented in `config/herald.example.toml`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use herald_core::Channel;
+use herald_kafka::admin::TopicSpec;
+use herald_kafka::KafkaSettings;
+use herald_store::StoreConfig;
+use herald_telemetry::LogFormat;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub log: LogConfig,
+    pub database: DatabaseConfig,
+    pub kafka: KafkaConfig,
+    pub ingest: IngestConfig,
+    pub rendering: RenderingConfig,
+    pub routes: Vec<Route>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Json,
+            level: "info".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    pub url: String,
+    pub pool_size: usize,
+    pub connect_timeout_ms: u64,
+    /// Apply pending migrations when `herald run` starts.
+    pub migrate_on_start: bool,
+    /// Months of `notification_attempts` partitions created ahead of time.
+    pub attempt_partitions_ahead: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: "postgres://herald@127.0.0.1:5432/herald".into(),
+            pool_size: 16,
+            connect_timeout_ms: 5000,
+            migrate_on_start: true,
+            attempt_partitions_ahead: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    pub brokers: String,
+    pub client_id: String,
+    /// Prepended to every topic name and consumer group id (one namespace per
+    /// environment or test).
+    pub topic_prefix: String,
+    pub replication_factor: i32,
+    pub topics: TopicNames,
+    pub partitions: TopicPartitions,
+    /// Passed through verbatim to librdkafka (SASL, TLS, tuning).
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            brokers: "127.0.0.1:9092".into(),
+            client_id: "herald".into(),
+            topic_prefix: String::new(),
+            replication_factor: 3,
+            topics: TopicNames::default(),
+            partitions: TopicPartitions::default(),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicNames {
+    pub order_events: String,
+    pub seller_profiles: String,
+    pub deliveries: String,
+    pub dead_letter: String,
+}
+
+impl Default for TopicNames {
+    fn default() -> Self {
+        Self {
+            order_events: "order-events".into(),
+            seller_profiles: "seller-profiles".into(),
+            deliveries: "herald.deliveries".into(),
+            dead_letter: "herald.dead-letter".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicPartitions {
+    pub order_events: i32,
+    pub seller_profiles: i32,
+    pub deliveries: i32,
+    pub dead_letter: i32,
+}
+
+impl Default for TopicPartitions {
+    fn default() -> Self {
+        Self {
+            order_events: 12,
+            seller_profiles: 6,
+            deliveries: 12,
+            dead_letter: 3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestConfig {
+    pub group_id: String,
+    /// Most messages per poll batch (one PostgreSQL transaction).
+    pub batch_max_messages: usize,
+    /// How long a batch waits for more messages after its first.
+    pub batch_linger_ms: u64,
+    /// Larger messages are dead-lettered as `too_large`.
+    pub max_message_bytes: usize,
+    /// Longest wait between retries of a batch whose database work failed.
+    pub retry_backoff_max_ms: u64,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        Self {
+            group_id: "herald-ingest".into(),
+            batch_max_messages: 500,
+            batch_linger_ms: 20,
+            max_message_bytes: 64 * 1024,
+            retry_backoff_max_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RenderingConfig {
+    pub default_locale: String,
+    pub sms_max_segments: u32,
+}
+
+impl Default for RenderingConfig {
+    fn default() -> Self {
+        Self {
+            default_locale: "en".into(),
+            sms_max_segments: 3,
+        }
+    }
+}
+
+/// Maps an event kind to a template and the channels it notifies on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    pub event_kind: String,
+    pub template: String,
+    pub channels: Vec<Channel>,
+}
+
+impl Config {
+    /// Loads defaults < `path` < environment. A missing file is an error only when the
+    /// path was given explicitly.
+    pub fn load(path: &Path, explicit: bool) -> anyhow::Result<Self> {
+        if explicit && !path.exists() {
+            bail!("configuration file {} does not exist", path.display());
+        }
+        let config: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::file(path))
+            .merge(Env::prefixed("HERALD_").split("__"))
+            .extract()
+            .with_context(|| {
+                format!(
+                    "invalid configuration (file {}, HERALD_* environment)",
+                    path.display()
+                )
+            })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot; each message names its key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let range = |key: &str, v: u64, lo: u64, hi: u64| -> anyhow::Result<()> {
+            if v < lo || v > hi {
+                bail!("{key} = {v} is out of range: expected {lo}..={hi}");
+            }
+            Ok(())
+        };
+        if self.database.url.trim().is_empty() {
+            bail!("database.url is empty");
+        }
+        self.database
+            .url
+            .parse::<tokio_postgres_config::Config>()
+            .map_err(|e| anyhow::anyhow!("database.url is not a valid PostgreSQL URL: {e}"))?;
+        range(
+            "database.pool_size",
+            self.database.pool_size as u64,
+            1,
+            1000,
+        )?;
+        range(
+            "database.connect_timeout_ms",
+            self.database.connect_timeout_ms,
+            100,
+            600_000,
+        )?;
+        range(
+            "database.attempt_partitions_ahead",
+            self.database.attempt_partitions_ahead.into(),
+            0,
+            36,
+        )?;
+        if self.kafka.brokers.trim().is_empty() {
+            bail!("kafka.brokers is empty");
+        }
+        range(
+            "kafka.replication_factor",
+            self.kafka.replication_factor as u64,
+            1,
+            16,
+        )?;
+        for (key, name) in [
+            ("kafka.topics.order_events", &self.kafka.topics.order_events),
+            (
+                "kafka.topics.seller_profiles",
+                &self.kafka.topics.seller_profiles,
+            ),
+            ("kafka.topics.deliveries", &self.kafka.topics.deliveries),
+            ("kafka.topics.dead_letter", &self.kafka.topics.dead_letter),
+        ] {
+            let full = format!("{}{name}", self.kafka.topic_prefix);
+            if full.is_empty()
+                || full.len() > 249
+                || !full
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            {
+                bail!("{key} = {full:?} (with kafka.topic_prefix) is not a valid Kafka topic name");
+            }
+        }
+        for (key, n) in [
+            (
+                "kafka.partitions.order_events",
+                self.kafka.partitions.order_events,
+            ),
+            (
+                "kafka.partitions.seller_profiles",
+                self.kafka.partitions.seller_profiles,
+            ),
+            (
+                "kafka.partitions.deliveries",
+                self.kafka.partitions.deliveries,
+            ),
+            (
+                "kafka.partitions.dead_letter",
+                self.kafka.partitions.dead_letter,
+            ),
+        ] {
+            range(key, n as u64, 1, 10_000)?;
+        }
+        if self.ingest.group_id.trim().is_empty() {
+            bail!("ingest.group_id is empty");
+        }
+        range(
+            "ingest.batch_max_messages",
+            self.ingest.batch_max_messages as u64,
+            1,
+            100_000,
+        )?;
+        range(
+            "ingest.batch_linger_ms",
+            self.ingest.batch_linger_ms,
+            0,
+            60_000,
+        )?;
+        range(
+            "ingest.max_message_bytes",
+            self.ingest.max_message_bytes as u64,
+            256,
+            64 << 20,
+        )?;
+        range(
+            "ingest.retry_backoff_max_ms",
+            self.ingest.retry_backoff_max_ms,
+            10,
+            600_000,
+        )?;
+        if self.rendering.default_locale.trim().is_empty() {
+            bail!("rendering.default_locale is empty");
+        }
+        range(
+            "rendering.sms_max_segments",
+            self.rendering.sms_max_segments.into(),
+            1,
+            10,
+        )?;
+        let mut kinds = BTreeSet::new();
+        for (n, r) in self.routes.iter().enumerate() {
+            if r.event_kind.trim().is_empty() {
+                bail!("routes[{n}].event_kind is empty");
+            }
+            if !kinds.insert(r.event_kind.as_str()) {
+                bail!(
+                    "routes[{n}].event_kind = {:?} is routed twice",
+                    r.event_kind
+                );
+            }
+            if r.template.trim().is_empty() {
+                bail!("routes[{n}].template is empty");
+            }
+            if r.channels.is_empty() {
+                bail!("routes[{n}].channels is empty");
+            }
+            if r.channels.iter().collect::<BTreeSet<_>>().len() != r.channels.len() {
+                bail!("routes[{n}].channels lists a channel twice");
+            }
+        }
+        Ok(())
+    }
+
+    pub fn topic(&self, name: &str) -> String {
+        format!("{}{name}", self.kafka.topic_prefix)
+    }
+
+    pub fn group(&self, group: &str) -> String {
+        format!("{}{group}", self.kafka.topic_prefix)
+    }
+
+    pub fn store(&self) -> StoreConfig {
+        StoreConfig {
+            url: self.database.url.clone(),
+            pool_size: self.database.pool_size,
+            connect_timeout: Duration::from_millis(self.database.connect_timeout_ms),
+        }
+    }
+
+    pub fn kafka_settings(&self) -> KafkaSettings {
+        KafkaSettings {
+            brokers: self.kafka.brokers.clone(),
+            client_id: self.kafka.client_id.clone(),
+            properties: self.kafka.properties.clone(),
+        }
+    }
+
+    pub fn topic_specs(&self) -> Vec<TopicSpec> {
+        let t = &self.kafka.topics;
+        let p = &self.kafka.partitions;
+        let rf = self.kafka.replication_factor;
+        let spec = |name: &str, partitions: i32, config: Vec<(String, String)>| TopicSpec {
+            name: self.topic(name),
+            partitions,
+            replication: rf,
+            config,
+        };
+        vec![
+            spec(&t.order_events, p.order_events, vec![]),
+            spec(
+                &t.seller_profiles,
+                p.seller_profiles,
+                vec![("cleanup.policy".into(), "compact".into())],
+            ),
+            spec(&t.deliveries, p.deliveries, vec![]),
+            spec(&t.dead_letter, p.dead_letter, vec![]),
+        ]
+    }
+
+    pub fn route(&self, event_kind: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| r.event_kind == event_kind)
+    }
+}
+
+/// tokio-postgres' URL parser, re-exported under a name that says why it is here.
+mod tokio_postgres_config {
+    pub use herald_store::PgConfig as Config;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_str(toml: &str) -> anyhow::Result<Config> {
+        let c: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string(toml))
+            .extract()?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    #[test]
+    fn shipped_configs_are_valid() {
+        for f in ["herald.example.toml", "local.toml"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../config")
+                .join(f);
+            let text = std::fs::read_to_string(&path).unwrap();
+            load_str(&text).unwrap_or_else(|e| panic!("{f}: {e:#}"));
+        }
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key() {
+        let e = load_str("[ingest]\nbatch_max_messages = 0").unwrap_err();
+        assert!(
+            format!("{e:#}").contains("ingest.batch_max_messages"),
+            "{e:#}"
+        );
+        let e = load_str("[ingest]\nbatch_max_messages = \"many\"").unwrap_err();
+        assert!(format!("{e:#}").contains("batch_max_messages"), "{e:#}");
+        let e = load_str("[kafka]\nbrokerz = \"x\"").unwrap_err();
+        assert!(format!("{e:#}").contains("brokerz"), "{e:#}");
+        let e = load_str("[[routes]]\nevent_kind = \"a\"\ntemplate = \"t\"\nchannels = [\"fax\"]")
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("fax"), "{e:#}");
+        let e = load_str("[database]\nurl = \"postgres://h:notaport/db\"").unwrap_err();
+        assert!(format!("{e:#}").contains("database.url"), "{e:#}");
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns its own large error
+    fn environment_overrides_the_file() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("h.toml", "[ingest]\nbatch_max_messages = 100")?;
+            jail.set_env("HERALD_INGEST__BATCH_MAX_MESSAGES", "250");
+            let c = Config::load(Path::new("h.toml"), true).map_err(|e| e.to_string())?;
+            assert_eq!(c.ingest.batch_max_messages, 250);
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,225 @@
+//! One poll batch: decode, route, render, converge in one transaction, dead-letter the
+//! poison. Returns once the batch's work is durable; the caller then stores its offsets.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use anyhow::Context;
+use herald_core::event::DeadLetterReason;
+use herald_core::render::{RenderError, RenderOptions, Renderer};
+use herald_core::{IntentState, OrderEvent, SellerRecord};
+use herald_kafka::headers::{header_str, valid_traceparent, TRACEPARENT};
+use herald_kafka::{DeadLetter, DeadLetterProducer, Message, OwnedMessage};
+use herald_store::ingest::SourceRef;
+use herald_store::{Convergence, IngestTx, NewIntent, Store};
+use tracing::{debug, info, warn};
+
+use super::IngestStats;
+use crate::config::{Config, Route};
+
+/// Shared handles of the ingest role.
+pub struct IngestContext {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub dead_letters: DeadLetterProducer,
+    pub seller_topic: String,
+    pub stats: Arc<IngestStats>,
+}
+
+/// An order event that has a route, with where it came from.
+struct Routed<'m> {
+    message: &'m OwnedMessage,
+    event: OrderEvent,
+    route: &'m Route,
+    trace_context: Option<String>,
+}
+
+#[tracing::instrument(skip_all, fields(messages = batch.len()))]
+pub async fn process(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::Result<()> {
+    let max_bytes = ctx.config.ingest.max_message_bytes;
+    let mut sellers = Vec::new();
+    let mut orders = Vec::new();
+    let mut poison: Vec<DeadLetter<'_>> = Vec::new();
+    let mut no_route = 0u64;
+    for m in batch {
+        if m.topic() == ctx.seller_topic {
+            match SellerRecord::decode(m.key(), m.payload(), max_bytes) {
+                Ok(r) => sellers.push(r),
+                Err(e) => poison.push(dead_letter(m, e.reason, e.detail)),
+            }
+            continue;
+        }
+        match OrderEvent::decode(m.payload().unwrap_or_default(), max_bytes) {
+            Ok(event) => match ctx.config.route(&event.event_kind) {
+                Some(route) => orders.push(Routed {
+                    message: m,
+                    trace_context: header_str(m, TRACEPARENT)
+                        .and_then(valid_traceparent)
+                        .map(str::to_owned),
+                    event,
+                    route,
+                }),
+                None => {
+                    debug!(event_kind = %event.event_kind, "no route for event kind: skipped");
+                    no_route += 1;
+                }
+            },
+            Err(e) => poison.push(dead_letter(m, e.reason, e.detail)),
+        }
+    }
+
+    let seller_count = sellers.len() as u64;
+    let mut conn = ctx.store.conn().await?;
+    let tx = IngestTx::begin(&mut conn).await?;
+    if !sellers.is_empty() {
+        tx.apply_sellers(sellers)
+            .await
+            .context("applying seller profiles")?;
+    }
+    let seller_keys: Vec<(String, String)> = orders
+        .iter()
+        .map(|o| (o.event.marketplace_id.clone(), o.event.seller_id.clone()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let profiles = tx
+        .sellers(&seller_keys)
+        .await
+        .context("reading seller profiles")?;
+    let renderer = Renderer::new(
+        tx.active_templates()
+            .await
+            .context("reading active templates")?,
+        RenderOptions {
+            default_locale: ctx.config.rendering.default_locale.clone(),
+            sms_max_segments: ctx.config.rendering.sms_max_segments,
+        },
+    );
+
+    let mut intents = Vec::new();
+    for o in &orders {
+        let seller = profiles.get(&(o.event.marketplace_id.clone(), o.event.seller_id.clone()));
+        let mut failures = Vec::new();
+        for &channel in &o.route.channels {
+            match renderer.render(&o.route.template, channel, &o.event, seller) {
+                Ok(payload) => {
+                    let key = o.event.business_key(channel);
+                    intents.push(NewIntent {
+                        idempotency_key: key.idempotency_key(),
+                        key,
+                        fingerprint: o.event.fingerprint.clone(),
+                        seller_id: o.event.seller_id.clone(),
+                        payload_digest: payload.digest(),
+                        payload,
+                        event_id: o.event.event_id.clone(),
+                        occurred_at: o.event.occurred_at,
+                        trace_context: o.trace_context.clone(),
+                        source: SourceRef {
+                            topic: o.message.topic().to_owned(),
+                            partition: o.message.partition(),
+                            offset: o.message.offset(),
+                        },
+                        event_document: serde_json::Value::Object(o.event.document.clone()),
+                    });
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        // Channels that rendered still converge; the event is dead-lettered once, naming
+        // the channels that did not, so a replay after the fix creates only those.
+        if !failures.is_empty() {
+            let reason = if failures
+                .iter()
+                .all(|f| matches!(f, RenderError::Missing { .. }))
+            {
+                DeadLetterReason::TemplateMissing
+            } else {
+                DeadLetterReason::RenderFailed
+            };
+            let detail = failures
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ");
+            poison.push(dead_letter(o.message, reason, detail));
+        }
+    }
+
+    let results = tx.converge(&intents).await.context("converging intents")?;
+    // Failure policy: a crash before this commit leaves nothing behind (the batch is read
+    // again); after it, the dead letters below and the offset store may be lost, and the
+    // replay converges on the rows just written and re-sends the dead letters.
+    tx.commit()
+        .await
+        .context("committing the ingest transaction")?;
+    drop(conn);
+
+    let s = &ctx.stats;
+    for (intent, result) in intents.iter().zip(&results) {
+        log_convergence(intent, result, s);
+    }
+    if !poison.is_empty() {
+        for p in &poison {
+            warn!(reason = p.reason, detail = %p.detail, topic = p.message.topic(), partition = p.message.partition(),
+                  offset = p.message.offset(), "dead-lettering message");
+        }
+        ctx.dead_letters
+            .send_all(&poison)
+            .await
+            .context("producing dead letters")?;
+    }
+    s.messages.fetch_add(batch.len() as u64, Relaxed);
+    s.batches.fetch_add(1, Relaxed);
+    s.no_route.fetch_add(no_route, Relaxed);
+    s.dead_letters.fetch_add(poison.len() as u64, Relaxed);
+    s.seller_updates.fetch_add(seller_count, Relaxed);
+    debug!(
+        messages = batch.len(),
+        intents = intents.len(),
+        dead_letters = poison.len(),
+        "ingest batch committed"
+    );
+    Ok(())
+}
+
+fn dead_letter(m: &OwnedMessage, reason: DeadLetterReason, detail: String) -> DeadLetter<'_> {
+    DeadLetter {
+        message: m,
+        reason: reason.as_str(),
+        detail,
+    }
+}
+
+fn log_convergence(intent: &NewIntent, result: &Convergence, s: &IngestStats) {
+    let channel = intent.key.channel.as_str();
+    let revision = intent.payload.template_revision.as_str();
+    match result {
+        Convergence::Created { intent_id, state } => {
+            s.intents_created.fetch_add(1, Relaxed);
+            if *state == IntentState::Suppressed {
+                s.intents_suppressed.fetch_add(1, Relaxed);
+            }
+            info!(intent_id = %intent_id, channel, template_revision = revision, state = state.as_str(),
+                  consent = intent.payload.consent.as_str(), trace_context = intent.trace_context.as_deref(),
+                  "intent created");
+        }
+        Convergence::Duplicate { intent_id } => {
+            s.duplicates.fetch_add(1, Relaxed);
+            info!(intent_id = %intent_id, channel, event_id = %intent.event_id, "duplicate converged on existing intent");
+        }
+        Convergence::Conflict {
+            intent_id,
+            existing_fingerprint,
+            newly_recorded,
+        } => {
+            if *newly_recorded {
+                s.conflicts.fetch_add(1, Relaxed);
+            }
+            warn!(intent_id = %intent_id, channel, event_id = %intent.event_id,
+                  existing_fingerprint = %existing_fingerprint, offending_fingerprint = %intent.fingerprint,
+                  source_partition = intent.source.partition, source_offset = intent.source.offset,
+                  newly_recorded, "business key reused with different content: conflict recorded, not sent");
+        }
+    }
+}

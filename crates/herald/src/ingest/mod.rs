@@ -1,0 +1,91 @@
+//! The ingest role: consumer group `herald-ingest` on `order-events` and
+//! `seller-profiles`. One poll batch = one PostgreSQL transaction; the batch's offsets are
+//! stored only after that transaction committed and its dead letters were acknowledged.
+
+mod batch;
+mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_kafka::consumer::positions_after;
+use herald_kafka::{BatchConsumer, DeadLetterProducer};
+use herald_store::Store;
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::shutdown::Shutdown;
+pub use batch::IngestContext;
+pub use stats::IngestStats;
+
+pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let group = config.group(&config.ingest.group_id);
+    let order_topic = config.topic(&config.kafka.topics.order_events);
+    let seller_topic = config.topic(&config.kafka.topics.seller_profiles);
+    let settings = config.kafka_settings();
+    let consumer = BatchConsumer::subscribe(&settings, &group, &[&order_topic, &seller_topic])?;
+    let dead_letters = DeadLetterProducer::new(
+        &settings,
+        &config.topic(&config.kafka.topics.dead_letter),
+        &group,
+    )?;
+    let stats = Arc::new(IngestStats::default());
+    let ctx = IngestContext {
+        config: config.clone(),
+        store,
+        dead_letters,
+        seller_topic,
+        stats: stats.clone(),
+    };
+    let reporter = tokio::spawn(stats::report_every(stats.clone(), Duration::from_secs(10)));
+    info!(group = %group, "ingest consuming");
+
+    let max = config.ingest.batch_max_messages;
+    let linger = Duration::from_millis(config.ingest.batch_linger_ms);
+    'poll: loop {
+        let batch = tokio::select! {
+            _ = shutdown.requested() => break 'poll,
+            b = consumer.next_batch(max, linger) => b,
+        };
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(error = %e, "consumer error; polling again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        // Retry the same batch until its work is durable. Its offsets stay unstored
+        // meanwhile, so a crash or shutdown here replays it, which converges.
+        let mut backoff = Duration::from_millis(100);
+        let max_backoff = Duration::from_millis(config.ingest.retry_backoff_max_ms);
+        loop {
+            match batch::process(&ctx, &batch).await {
+                Ok(()) => break,
+                Err(e) => {
+                    error!(error = %format!("{e:#}"), messages = batch.len(), retry_in_ms = backoff.as_millis() as u64,
+                           "ingest batch failed; retrying it");
+                    stats.batch_failed();
+                    tokio::select! {
+                        _ = shutdown.requested() => break 'poll,
+                        _ = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(max_backoff);
+                }
+            }
+        }
+        // Failure policy: a crash between the commit in `process` and here loses only the
+        // offset store; the batch is read again and converges on the same intents.
+        fail::fail_point!("ingest-after-db-commit");
+        consumer.store(&positions_after(&batch));
+    }
+
+    info!("ingest draining: committing stored offsets");
+    if let Err(e) = consumer.commit_stored() {
+        warn!(error = %e, "final offset commit failed; the last batches will be replayed and converge");
+    }
+    consumer.unsubscribe();
+    reporter.abort();
+    stats.log_totals();
+    Ok(())
+}

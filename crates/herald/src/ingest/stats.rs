@@ -1,0 +1,64 @@
+//! Ingest counters. Kept in memory and logged; exported as metrics by the observability
+//! issue.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::info;
+
+#[derive(Default)]
+pub struct IngestStats {
+    pub messages: AtomicU64,
+    pub batches: AtomicU64,
+    pub failed_batches: AtomicU64,
+    pub intents_created: AtomicU64,
+    pub intents_suppressed: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub conflicts: AtomicU64,
+    pub no_route: AtomicU64,
+    pub dead_letters: AtomicU64,
+    pub seller_updates: AtomicU64,
+}
+
+impl IngestStats {
+    pub fn batch_failed(&self) {
+        self.failed_batches.fetch_add(1, Relaxed);
+    }
+
+    pub fn log_totals(&self) {
+        info!(
+            messages = self.messages.load(Relaxed),
+            batches = self.batches.load(Relaxed),
+            failed_batches = self.failed_batches.load(Relaxed),
+            intents_created = self.intents_created.load(Relaxed),
+            intents_suppressed = self.intents_suppressed.load(Relaxed),
+            duplicates = self.duplicates.load(Relaxed),
+            conflicts = self.conflicts.load(Relaxed),
+            no_route = self.no_route.load(Relaxed),
+            dead_letters = self.dead_letters.load(Relaxed),
+            seller_updates = self.seller_updates.load(Relaxed),
+            "ingest totals"
+        );
+    }
+}
+
+/// Logs the message rate of the last interval, when there was any traffic.
+pub async fn report_every(stats: Arc<IngestStats>, every: Duration) {
+    let mut last = stats.messages.load(Relaxed);
+    let mut at = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let now = stats.messages.load(Relaxed);
+        if now != last {
+            let rate = (now - last) as f64 / at.elapsed().as_secs_f64();
+            info!(
+                messages_per_s = rate.round() as u64,
+                messages = now,
+                "ingest progress"
+            );
+        }
+        last = now;
+        at = Instant::now();
+    }
+}

@@ -1,0 +1,106 @@
+//! `herald`: the daemon and its operator commands.
+//!
+//! ```text
+//! herald [--config FILE] migrate
+//! herald [--config FILE] topics ensure
+//! herald [--config FILE] template publish --template T --channel email|sms --locale L --revision R ...
+//! herald [--config FILE] intent show <marketplace_id> <order_id> <event_kind> <channel> [--json]
+//! herald [--config FILE] run --roles ingest
+//! ```
+
+mod commands;
+mod config;
+mod ingest;
+mod shutdown;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+
+const DEFAULT_CONFIG: &str = "config/herald.toml";
+
+#[derive(Parser)]
+#[command(
+    name = "herald",
+    version,
+    about = "Order events on Kafka to seller e-mail and SMS, never duplicated by retries"
+)]
+struct Cli {
+    /// Configuration file (TOML). Environment variables HERALD_SECTION__KEY override it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Apply pending database migrations and create attempt partitions ahead of time.
+    Migrate,
+    /// Manage Kafka topics.
+    Topics {
+        #[command(subcommand)]
+        command: commands::topics::TopicsCommand,
+    },
+    /// Publish and activate immutable template revisions.
+    Template {
+        #[command(subcommand)]
+        command: commands::template::TemplateCommand,
+    },
+    /// Inspect notification intents.
+    Intent {
+        #[command(subcommand)]
+        command: commands::intent::IntentCommand,
+    },
+    /// Run the daemon with the given roles until SIGTERM or SIGINT.
+    Run(commands::run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let (path, explicit) = match &cli.config {
+        Some(p) => (p.clone(), true),
+        None => (PathBuf::from(DEFAULT_CONFIG), false),
+    };
+    let config = match Config::load(&path, explicit) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("herald: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = herald_telemetry::init_logging(config.log.format, &config.log.level) {
+        eprintln!("herald: {e}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("herald: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Migrate => commands::migrate::run(&config).await,
+            Command::Topics { command } => commands::topics::run(&config, command).await,
+            Command::Template { command } => commands::template::run(&config, command).await,
+            Command::Intent { command } => commands::intent::run(&config, command).await,
+            Command::Run(args) => commands::run::run(config, args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "herald failed");
+            eprintln!("herald: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

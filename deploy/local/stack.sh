@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The whole local stack: Kafka 127.0.0.1:19092, PostgreSQL 127.0.0.1:15432, moto 127.0.0.1:14566.
+# usage: deploy/local/stack.sh up|down|status
+#   up     install what is missing and start what is not running (no-op on a running stack)
+#   down   stop everything; nothing is left running
+#   status one line per component; exit non-zero if any is not running
+set -euo pipefail
+COMPONENT=stack
+# shellcheck source=deploy/local/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+D="$HERALD_LOCAL_SCRIPTS"
+COMPONENTS=(postgres moto kafka)
+
+up() {
+  local t0 c; t0="$(now_s)"
+  for c in "${COMPONENTS[@]}"; do
+    "$D/$c.sh" start
+  done
+  say "up in $(( $(now_s) - t0 ))s"
+}
+
+down() {
+  local c rc=0
+  # stop in reverse order; keep going if one fails so nothing is left behind
+  for c in kafka moto postgres; do
+    "$D/$c.sh" stop || rc=1
+  done
+  return "$rc"
+}
+
+status() {
+  local c rc=0
+  for c in "${COMPONENTS[@]}"; do
+    "$D/$c.sh" status || rc=1
+  done
+  return "$rc"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
