@@ -1,1 +1,358 @@
+//! Harness for end-to-end tests against the real local stack (`make stack-up`): each test
+//! gets its own PostgreSQL database and its own Kafka topic prefix, so tests run in
+//! parallel without seeing each other, and drives the real `herald` binary as a child
+//! process.
+//!
+//! Tests assert what a user would check: rows in PostgreSQL, messages on the dead-letter
+//! topic, committed offsets. They wait for conditions with a deadline, never sleep and hope.
 
+pub mod kafka;
+pub mod samples;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use tokio_postgres::{Client, NoTls};
+
+pub const BROKERS: &str = "127.0.0.1:19092";
+pub const PG_ADMIN_URL: &str = "postgres://herald@127.0.0.1:15432/herald";
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The herald binary under test: `HERALD_BIN`, or the workspace's debug build.
+pub fn herald_bin() -> PathBuf {
+    std::env::var_os("HERALD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/debug/herald"))
+}
+
+/// Connects to a database of the local stack.
+pub async fn pg_connect(url: &str) -> Result<Client> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls)
+        .await
+        .with_context(|| format!("connecting to {url} (is the local stack up? `make stack-up`)"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(client)
+}
+
+/// Polls `check` until it returns `Some`, or fails after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_err = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_err = Some(e),
+        }
+        if Instant::now() >= deadline {
+            match last_err {
+                Some(e) => {
+                    bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}")
+                }
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One test's isolated world: a fresh database, a topic prefix, a config file.
+pub struct TestEnv {
+    pub name: String,
+    pub prefix: String,
+    pub database: String,
+    pub db_url: String,
+    pub dir: PathBuf,
+    pub config_path: PathBuf,
+    pub db: Client,
+}
+
+impl TestEnv {
+    /// Creates the database and topics, migrates, and publishes the sample templates.
+    /// `extra_toml` is appended to the generated configuration.
+    pub async fn new(name: &str, extra_toml: &str) -> Result<Self> {
+        let unique = format!(
+            "{}_{}",
+            name,
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let database = format!("herald_it_{unique}");
+        let prefix = format!("it-{}-", unique.replace('_', "-"));
+        let admin = pg_connect(PG_ADMIN_URL).await?;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {database}"))
+            .await
+            .with_context(|| format!("creating database {database}"))?;
+        let db_url = format!("postgres://herald@127.0.0.1:15432/{database}");
+        let dir = workspace_root().join("target/it").join(&unique);
+        std::fs::create_dir_all(&dir)?;
+        let config_path = dir.join("herald.toml");
+        let config = format!(
+            r#"[log]
+format = "json"
+level = "info"
+
+[database]
+url = "{db_url}"
+pool_size = 4
+attempt_partitions_ahead = 1
+
+[kafka]
+brokers = "{BROKERS}"
+topic_prefix = "{prefix}"
+replication_factor = 1
+
+[kafka.partitions]
+order_events = 3
+seller_profiles = 2
+deliveries = 2
+dead_letter = 1
+
+[ingest]
+batch_max_messages = 200
+batch_linger_ms = 20
+max_message_bytes = 8192
+
+[[routes]]
+event_kind = "order.created"
+template = "order_created"
+channels = ["email", "sms"]
+
+{extra_toml}
+"#
+        );
+        std::fs::write(&config_path, config)?;
+        let db = pg_connect(&db_url).await?;
+        let env = Self {
+            name: name.to_owned(),
+            prefix,
+            database,
+            db_url,
+            dir,
+            config_path,
+            db,
+        };
+        env.herald(&["migrate"])?;
+        env.herald(&["topics", "ensure"])?;
+        env.publish_sample_templates()?;
+        Ok(env)
+    }
+
+    pub fn topic(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    pub fn group(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// Runs a herald command to completion; fails with its output when it fails.
+    pub fn herald(&self, args: &[&str]) -> Result<String> {
+        let out = self.herald_output(args)?;
+        if !out.status.success() {
+            bail!(
+                "herald {} failed ({}):\n{}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    pub fn herald_output(&self, args: &[&str]) -> Result<std::process::Output> {
+        Command::new(herald_bin())
+            .arg("--config")
+            .arg(&self.config_path)
+            .args(args)
+            .output()
+            .with_context(|| format!("running {} (built? `make build`)", herald_bin().display()))
+    }
+
+    /// Publishes the templates of config/templates/manifest.tsv, active.
+    pub fn publish_sample_templates(&self) -> Result<()> {
+        let dir = workspace_root().join("config/templates");
+        let manifest = std::fs::read_to_string(dir.join("manifest.tsv"))?;
+        for line in manifest
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
+            let f: Vec<&str> = line.split('\t').collect();
+            let body = dir.join(f[5]);
+            let html = dir.join(f[6]);
+            let mut args = vec![
+                "template",
+                "publish",
+                "--template",
+                f[0],
+                "--channel",
+                f[1],
+                "--locale",
+                f[2],
+                "--revision",
+                f[3],
+                "--body-file",
+                body.to_str().unwrap(),
+                "--activate",
+            ];
+            if f[4] != "-" {
+                args.extend(["--subject", f[4]]);
+            }
+            if f[6] != "-" {
+                args.extend(["--html-file", html.to_str().unwrap()]);
+            }
+            self.herald(&args)?;
+        }
+        Ok(())
+    }
+
+    /// Starts `herald run --roles ingest` with extra environment; killed when dropped.
+    pub fn spawn_ingest(&self, label: &str, env: &[(&str, &str)]) -> Result<HeraldProcess> {
+        let log_path = self.dir.join(format!("{label}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let mut cmd = Command::new(herald_bin());
+        cmd.arg("--config")
+            .arg(&self.config_path)
+            .args(["run", "--roles", "ingest"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().context("spawning herald run")?;
+        Ok(HeraldProcess {
+            child: Some(child),
+            log_path,
+        })
+    }
+
+    pub async fn count(&self, sql: &str) -> Result<i64> {
+        Ok(self.db.query_one(sql, &[]).await?.get(0))
+    }
+
+    /// Waits until `sql` (a count) returns `expected`.
+    pub async fn wait_count(
+        &self,
+        what: &str,
+        sql: &str,
+        expected: i64,
+        timeout: Duration,
+    ) -> Result<()> {
+        wait_for(what, timeout, || async {
+            let n = self.count(sql).await?;
+            Ok((n == expected).then_some(()))
+        })
+        .await
+        .with_context(|| format!("{what}: `{sql}` never reached {expected}"))
+    }
+
+    /// Drops the database (best effort); topics are left to the broker's retention.
+    pub async fn cleanup(self) {
+        drop(self.db);
+        if let Ok(admin) = pg_connect(PG_ADMIN_URL).await {
+            let _ = admin
+                .batch_execute(&format!(
+                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                    self.database
+                ))
+                .await;
+        }
+    }
+}
+
+/// A running herald child process. Dropping it kills it (SIGKILL) so a failing test leaves
+/// nothing behind.
+pub struct HeraldProcess {
+    child: Option<Child>,
+    pub log_path: PathBuf,
+}
+
+impl HeraldProcess {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill(&mut self) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM and wait for a clean exit; returns its exit status.
+    pub async fn terminate(&mut self, timeout: Duration) -> Result<std::process::ExitStatus> {
+        let Some(mut c) = self.child.take() else {
+            bail!("process already stopped");
+        };
+        Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = c.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = c.kill();
+                bail!(
+                    "herald did not exit within {timeout:?} of SIGTERM; log: {}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// Waits until a line of the process's log satisfies `pred`.
+    pub async fn wait_log(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Result<()> {
+        wait_for(what, timeout, || async {
+            Ok(self.log().lines().any(&pred).then_some(()))
+        })
+        .await
+        .with_context(|| format!("log {}:\n{}", self.log_path.display(), self.log()))
+    }
+
+    /// Waits until the consumer group gave this instance at least one partition.
+    pub async fn wait_partitions_assigned(&self, timeout: Duration) -> Result<()> {
+        self.wait_log("partitions assigned to this instance", timeout, |l| {
+            l.contains("partitions assigned") && !l.contains("\"partitions\":\"\"")
+        })
+        .await
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+}
+
+impl Drop for HeraldProcess {
+    fn drop(&mut self) {
+        let _ = self.kill();
+    }
+}

@@ -187,6 +187,9 @@ pub struct Route {
     pub channels: Vec<Channel>,
 }
 
+/// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
+const SECTIONS: [&str; 5] = ["log", "database", "kafka", "ingest", "rendering"];
+
 impl Config {
     /// Loads defaults < `path` < environment. A missing file is an error only when the
     /// path was given explicitly.
@@ -196,7 +199,17 @@ impl Config {
         }
         let config: Config = Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::file(path))
-            .merge(Env::prefixed("HERALD_").split("__"))
+            .merge(
+                // Only HERALD_<SECTION>__... is configuration; other HERALD_* variables
+                // (HERALD_BIN in the tests, say) belong to someone else.
+                Env::prefixed("HERALD_")
+                    .filter(|k| {
+                        SECTIONS
+                            .iter()
+                            .any(|s| k.as_str().starts_with(&format!("{s}__")))
+                    })
+                    .split("__"),
+            )
             .extract()
             .with_context(|| {
                 format!(
@@ -452,6 +465,7 @@ mod tests {
         figment::Jail::expect_with(|jail| {
             jail.create_file("h.toml", "[ingest]\nbatch_max_messages = 100")?;
             jail.set_env("HERALD_INGEST__BATCH_MAX_MESSAGES", "250");
+            jail.set_env("HERALD_BIN", "/not/configuration");
             let c = Config::load(Path::new("h.toml"), true).map_err(|e| e.to_string())?;
             assert_eq!(c.ingest.batch_max_messages, 250);
             Ok(())

@@ -1,0 +1,73 @@
+# Herald: `make demo` runs the main job on the local stack, `make test` runs every check.
+# Both install what is missing (build tools, Kafka jars, PostgreSQL, moto) and start the
+# local stack when it is not running. See README.md.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+CARGO        ?= cargo
+# The test and demo binary carries the named failpoints (inactive unless FAILPOINTS is set).
+FEATURES     := --features herald/failpoints
+HERALD       := target/debug/herald
+LOCAL_CONFIG := config/local.toml
+LOCAL        := deploy/local
+
+.PHONY: help deps build lint fmt-check clippy unit-test integration-test test demo \
+        stack-up stack-down stack-status migrate topics templates run
+
+help:
+	@echo "make demo          bring the local stack up and run Herald on sample orders"
+	@echo "make test          fmt check, clippy -D warnings, unit and integration tests"
+	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL and moto"
+	@echo "make run           herald run --roles ingest on the local stack (foreground)"
+
+deps:
+	@$(LOCAL)/build-deps.sh
+
+build: deps
+	@echo "build: cargo build (first build compiles librdkafka: a few minutes on 2 cores)"
+	@$(CARGO) build --workspace --bins $(FEATURES)
+
+fmt-check:
+	@echo "check: cargo fmt --check"
+	@$(CARGO) fmt --all -- --check
+
+clippy: deps
+	@echo "check: cargo clippy -D warnings"
+	@$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
+
+lint: fmt-check clippy
+
+unit-test: deps
+	@echo "test: unit tests"
+	@$(CARGO) test --workspace --exclude integration-tests $(FEATURES)
+
+integration-test: build stack-up
+	@echo "test: integration tests against the local stack"
+	@HERALD_BIN=$(CURDIR)/$(HERALD) $(CARGO) test -p integration-tests $(FEATURES) -- --test-threads=4
+
+test: fmt-check clippy unit-test integration-test
+
+stack-up:
+	@$(LOCAL)/stack.sh up
+
+stack-down:
+	@$(LOCAL)/stack.sh down
+
+stack-status:
+	@$(LOCAL)/stack.sh status
+
+migrate: build stack-up
+	@$(HERALD) --config $(LOCAL_CONFIG) migrate
+
+topics: build stack-up
+	@$(HERALD) --config $(LOCAL_CONFIG) topics ensure
+
+templates: migrate
+	@$(LOCAL)/publish-templates.sh $(HERALD) $(LOCAL_CONFIG)
+
+run: migrate topics templates
+	@$(HERALD) --config $(LOCAL_CONFIG) run --roles ingest
+
+demo: migrate topics templates
+	@$(LOCAL)/demo.sh $(HERALD) $(LOCAL_CONFIG)

@@ -1,0 +1,171 @@
+//! Kafka helpers for tests and the demo: produce, read a topic back, and compute a
+//! consumer group's committed lag.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+
+use crate::BROKERS;
+
+pub fn producer() -> Result<FutureProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .create()?)
+}
+
+/// Produces one message and waits for the broker's acknowledgement.
+pub async fn produce(
+    p: &FutureProducer,
+    topic: &str,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[(&str, &str)],
+) -> Result<(i32, i64)> {
+    let mut h = OwnedHeaders::new();
+    for (k, v) in headers {
+        h = h.insert(Header {
+            key: k,
+            value: Some(*v),
+        });
+    }
+    let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(h);
+    if let Some(k) = key {
+        rec = rec.key(k);
+    }
+    if let Some(v) = value {
+        rec = rec.payload(v);
+    }
+    let delivery = p
+        .send(rec, Duration::from_secs(30))
+        .await
+        .map_err(|(e, _)| e)
+        .with_context(|| format!("producing to {topic}"))?;
+    Ok((delivery.partition, delivery.offset))
+}
+
+pub async fn flush(p: &FutureProducer) -> Result<()> {
+    p.flush(Duration::from_secs(30))?;
+    Ok(())
+}
+
+/// A message read back from a topic.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Reads every message currently in `topic` (from the beginning to the high watermarks).
+pub fn read_all(topic: &str) -> Result<Vec<Record>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", "herald-it-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let partitions: Vec<i32> = md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic)
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect();
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining = BTreeMap::new();
+    for p in &partitions {
+        let (_, high) = consumer.fetch_watermarks(topic, *p, Duration::from_secs(10))?;
+        if high > 0 {
+            tpl.add_partition_offset(topic, *p, Offset::Beginning)?;
+            remaining.insert(*p, high);
+        }
+    }
+    if remaining.is_empty() {
+        return Ok(Vec::new());
+    }
+    consumer.assign(&tpl)?;
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !remaining.is_empty() {
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "timed out reading {topic}"
+        );
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
+        let m = m?;
+        let headers = m
+            .headers()
+            .map(|h| {
+                h.iter()
+                    .map(|x| {
+                        (
+                            x.key.to_owned(),
+                            x.value
+                                .map(|v| String::from_utf8_lossy(v).into_owned())
+                                .unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(Record {
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers,
+        });
+        if let Some(high) = remaining.get(&m.partition()) {
+            if m.offset() + 1 >= *high {
+                remaining.remove(&m.partition());
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Sum over the topics' partitions of (high watermark - committed offset of `group`).
+/// A partition with no committed offset counts its whole high watermark.
+pub fn committed_lag(group: &str, topics: &[&str]) -> Result<i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    let mut highs = BTreeMap::new();
+    for topic in topics {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        for t in md.topics().iter().filter(|t| t.name() == *topic) {
+            for p in t.partitions() {
+                let (_, high) =
+                    consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
+                highs.insert((topic.to_string(), p.id()), high);
+                tpl.add_partition(topic, p.id());
+            }
+        }
+    }
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+    let mut lag = 0;
+    for e in committed.elements() {
+        let high = highs[&(e.topic().to_owned(), e.partition())];
+        let c = match e.offset() {
+            Offset::Offset(o) => o,
+            _ => 0,
+        };
+        lag += (high - c).max(0);
+    }
+    Ok(lag)
+}
