@@ -10,6 +10,9 @@ use integration_tests::{wait_for, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);
 
+/// (expected reason, topic, key, value) of one poison message.
+type PoisonCase<'a> = (&'a str, &'a str, Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// Produces the seller profile and waits until ingest stored it, so orders render with it.
 async fn seed_seller(
     env: &TestEnv,
@@ -370,7 +373,7 @@ async fn every_poison_kind_is_dead_lettered_once_and_lag_returns_to_zero() -> Re
         &"1".repeat(9000),
     );
 
-    let cases: Vec<(&str, &str, Option<Vec<u8>>, Option<Vec<u8>>)> = vec![
+    let cases: Vec<PoisonCase<'_>> = vec![
         (
             "not_json",
             orders.as_str(),
