@@ -19,17 +19,58 @@ const GROUP: &str = "herald-ingest";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
-    let db = pg_connect(&std::env::var("DEMO_DATABASE_URL").unwrap_or_else(|_| PG_ADMIN_URL.to_owned())).await?;
+    let db =
+        pg_connect(&std::env::var("DEMO_DATABASE_URL").unwrap_or_else(|_| PG_ADMIN_URL.to_owned()))
+            .await?;
     let p = producer()?;
     let dlq_before = read_all("herald.dead-letter").map(|v| v.len()).unwrap_or(0);
 
     let sellers = [
-        Seller { marketplace: "acme", seller_id: "seller-19", email: Some("s19@example.com"), phone: Some("+15555550100"), locale: "fr-FR", email_opt_in: true, sms_opt_in: true, version: 3 },
-        Seller { marketplace: "acme", seller_id: "seller-23", email: Some("s23@example.com"), phone: Some("+15555550123"), locale: "en-GB", email_opt_in: true, sms_opt_in: false, version: 1 },
-        Seller { marketplace: "globex", seller_id: "seller-7", email: Some("s7@example.org"), phone: None, locale: "en", email_opt_in: true, sms_opt_in: true, version: 2 },
-        Seller { marketplace: "acme", seller_id: "seller-42", email: Some("not-an-address"), phone: Some("+15555550142"), locale: "de-DE", email_opt_in: true, sms_opt_in: true, version: 1 },
+        Seller {
+            marketplace: "acme",
+            seller_id: "seller-19",
+            email: Some("s19@example.com"),
+            phone: Some("+15555550100"),
+            locale: "fr-FR",
+            email_opt_in: true,
+            sms_opt_in: true,
+            version: 3,
+        },
+        Seller {
+            marketplace: "acme",
+            seller_id: "seller-23",
+            email: Some("s23@example.com"),
+            phone: Some("+15555550123"),
+            locale: "en-GB",
+            email_opt_in: true,
+            sms_opt_in: false,
+            version: 1,
+        },
+        Seller {
+            marketplace: "globex",
+            seller_id: "seller-7",
+            email: Some("s7@example.org"),
+            phone: None,
+            locale: "en",
+            email_opt_in: true,
+            sms_opt_in: true,
+            version: 2,
+        },
+        Seller {
+            marketplace: "acme",
+            seller_id: "seller-42",
+            email: Some("not-an-address"),
+            phone: Some("+15555550142"),
+            locale: "de-DE",
+            email_opt_in: true,
+            sms_opt_in: true,
+            version: 1,
+        },
     ];
-    println!("demo: producing {} seller profiles to {SELLERS}", sellers.len());
+    println!(
+        "demo: producing {} seller profiles to {SELLERS}",
+        sellers.len()
+    );
     for s in &sellers {
         produce(&p, SELLERS, Some(&s.key()), Some(&s.value()), &[]).await?;
     }
@@ -45,30 +86,117 @@ async fn main() -> Result<()> {
 
     // (event_id, kind, marketplace, order, seller, total, copies)
     let orders: [(&str, &str, &str, &str, &str, &str, usize); 7] = [
-        ("evt-8042", "order.created", "acme", "8042", "seller-19", "129.90", 3),
-        ("evt-8043", "order.created", "acme", "8043", "seller-23", "15.00", 2),
-        ("evt-1001", "order.created", "globex", "1001", "seller-7", "42.00", 1),
-        ("evt-8044", "order.created", "acme", "8044", "seller-42", "7.50", 1),
-        ("evt-8045", "order.created", "acme", "8045", "seller-99", "99.99", 1),
-        ("evt-8043-x", "order.cancelled", "acme", "8043", "seller-23", "15.00", 1),
-        ("evt-8046-v", "order.viewed", "acme", "8046", "seller-19", "1.00", 1),
+        (
+            "evt-8042",
+            "order.created",
+            "acme",
+            "8042",
+            "seller-19",
+            "129.90",
+            3,
+        ),
+        (
+            "evt-8043",
+            "order.created",
+            "acme",
+            "8043",
+            "seller-23",
+            "15.00",
+            2,
+        ),
+        (
+            "evt-1001",
+            "order.created",
+            "globex",
+            "1001",
+            "seller-7",
+            "42.00",
+            1,
+        ),
+        (
+            "evt-8044",
+            "order.created",
+            "acme",
+            "8044",
+            "seller-42",
+            "7.50",
+            1,
+        ),
+        (
+            "evt-8045",
+            "order.created",
+            "acme",
+            "8045",
+            "seller-99",
+            "99.99",
+            1,
+        ),
+        (
+            "evt-8043-x",
+            "order.cancelled",
+            "acme",
+            "8043",
+            "seller-23",
+            "15.00",
+            1,
+        ),
+        (
+            "evt-8046-v",
+            "order.viewed",
+            "acme",
+            "8046",
+            "seller-19",
+            "1.00",
+            1,
+        ),
     ];
     let mut produced = 0;
     for (id, kind, m, order, seller, total, copies) in orders {
         for copy in 0..copies {
             let value = order_event(&format!("{id}-{copy}"), kind, m, order, seller, total);
-            produce(&p, ORDERS, Some(format!("{m}:{order}:{copy}").as_bytes()), Some(&value), &[]).await?;
+            produce(
+                &p,
+                ORDERS,
+                Some(format!("{m}:{order}:{copy}").as_bytes()),
+                Some(&value),
+                &[],
+            )
+            .await?;
             produced += 1;
         }
     }
     // The same business key with a changed total: a caller bug, recorded, never sent.
-    produce(&p, ORDERS, Some(b"acme:8042:x"), Some(&order_event("evt-8042-fix", "order.created", "acme", "8042", "seller-19", "139.90")), &[]).await?;
+    produce(
+        &p,
+        ORDERS,
+        Some(b"acme:8042:x"),
+        Some(&order_event(
+            "evt-8042-fix",
+            "order.created",
+            "acme",
+            "8042",
+            "seller-19",
+            "139.90",
+        )),
+        &[],
+    )
+    .await?;
     // Poison: not JSON.
-    produce(&p, ORDERS, Some(b"garbage"), Some(b"{this is not json"), &[]).await?;
+    produce(
+        &p,
+        ORDERS,
+        Some(b"garbage"),
+        Some(b"{this is not json"),
+        &[],
+    )
+    .await?;
     produced += 2;
     println!("demo: produced {produced} order events to {ORDERS}: 3 duplicate copies, 1 conflicting re-emission, 1 unrouted kind (order.viewed), 1 poison message");
 
-    wait_for("ingest group lag 0", Duration::from_secs(60), || async { Ok((committed_lag(GROUP, &[ORDERS, SELLERS])? == 0).then_some(())) }).await?;
+    wait_for("ingest group lag 0", Duration::from_secs(60), || async {
+        Ok((committed_lag(GROUP, &[ORDERS, SELLERS])? == 0).then_some(()))
+    })
+    .await?;
     println!("demo: consumer group {GROUP} has committed every offset (lag 0)\n");
 
     let rows = db
@@ -84,7 +212,18 @@ async fn main() -> Result<()> {
         .await?;
     println!(
         "{:<8} {:<6} {:<16} {:<6} {:<11} {:<20} {:<4} {:<6} {:<18} {:<13} {:<9} {}",
-        "market", "order", "event_kind", "chan", "state", "consent", "rev", "locale", "destination", "payload", "conflicts", "outbox"
+        "market",
+        "order",
+        "event_kind",
+        "chan",
+        "state",
+        "consent",
+        "rev",
+        "locale",
+        "destination",
+        "payload",
+        "conflicts",
+        "outbox"
     );
     for r in &rows {
         println!(
