@@ -210,8 +210,7 @@ async fn main() -> Result<()> {
             &[],
         )
         .await?;
-    println!(
-        "{:<8} {:<6} {:<16} {:<6} {:<11} {:<20} {:<4} {:<6} {:<18} {:<13} {:<9} {}",
+    const HEADER: [&str; 12] = [
         "market",
         "order",
         "event_kind",
@@ -223,7 +222,22 @@ async fn main() -> Result<()> {
         "destination",
         "payload",
         "conflicts",
-        "outbox"
+        "outbox",
+    ];
+    println!(
+        "{:<8} {:<6} {:<16} {:<6} {:<11} {:<20} {:<4} {:<6} {:<18} {:<13} {:<9} {}",
+        HEADER[0],
+        HEADER[1],
+        HEADER[2],
+        HEADER[3],
+        HEADER[4],
+        HEADER[5],
+        HEADER[6],
+        HEADER[7],
+        HEADER[8],
+        HEADER[9],
+        HEADER[10],
+        HEADER[11]
     );
     for r in &rows {
         println!(
