@@ -97,10 +97,7 @@ pub fn read_all(topic: &str) -> Result<Vec<Record>> {
     let mut out = Vec::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !remaining.is_empty() {
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "timed out reading {topic}"
-        );
+        anyhow::ensure!(std::time::Instant::now() < deadline, "timed out reading {topic}");
         let Some(m) = consumer.poll(Duration::from_millis(200)) else {
             continue;
         };
@@ -150,8 +147,7 @@ pub fn committed_lag(group: &str, topics: &[&str]) -> Result<i64> {
         let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
         for t in md.topics().iter().filter(|t| t.name() == *topic) {
             for p in t.partitions() {
-                let (_, high) =
-                    consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
+                let (_, high) = consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
                 highs.insert((topic.to_string(), p.id()), high);
                 tpl.add_partition(topic, p.id());
             }

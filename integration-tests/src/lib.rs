@@ -83,11 +83,7 @@ impl TestEnv {
     /// Creates the database and topics, migrates, and publishes the sample templates.
     /// `extra_toml` is appended to the generated configuration.
     pub async fn new(name: &str, extra_toml: &str) -> Result<Self> {
-        let unique = format!(
-            "{}_{}",
-            name,
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
+        let unique = format!("{}_{}", name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let database = format!("herald_it_{unique}");
         let prefix = format!("it-{}-", unique.replace('_', "-"));
         let admin = pg_connect(PG_ADMIN_URL).await?;
@@ -186,10 +182,7 @@ channels = ["email", "sms"]
     pub fn publish_sample_templates(&self) -> Result<()> {
         let dir = workspace_root().join("config/templates");
         let manifest = std::fs::read_to_string(dir.join("manifest.tsv"))?;
-        for line in manifest
-            .lines()
-            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        {
+        for line in manifest.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
             let f: Vec<&str> = line.split('\t').collect();
             let body = dir.join(f[5]);
             let html = dir.join(f[6]);
@@ -245,13 +238,7 @@ channels = ["email", "sms"]
     }
 
     /// Waits until `sql` (a count) returns `expected`.
-    pub async fn wait_count(
-        &self,
-        what: &str,
-        sql: &str,
-        expected: i64,
-        timeout: Duration,
-    ) -> Result<()> {
+    pub async fn wait_count(&self, what: &str, sql: &str, expected: i64, timeout: Duration) -> Result<()> {
         wait_for(what, timeout, || async {
             let n = self.count(sql).await?;
             Ok((n == expected).then_some(()))
@@ -265,10 +252,7 @@ channels = ["email", "sms"]
         drop(self.db);
         if let Ok(admin) = pg_connect(PG_ADMIN_URL).await {
             let _ = admin
-                .batch_execute(&format!(
-                    "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                    self.database
-                ))
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.database))
                 .await;
         }
     }
@@ -325,12 +309,7 @@ impl HeraldProcess {
     }
 
     /// Waits until a line of the process's log satisfies `pred`.
-    pub async fn wait_log(
-        &self,
-        what: &str,
-        timeout: Duration,
-        pred: impl Fn(&str) -> bool,
-    ) -> Result<()> {
+    pub async fn wait_log(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> Result<()> {
         wait_for(what, timeout, || async {
             Ok(self.log().lines().any(&pred).then_some(()))
         })

@@ -57,11 +57,7 @@ impl Seller<'_> {
 }
 
 /// A seller opted in on both channels, with valid destinations.
-pub fn opted_in_seller<'a>(
-    marketplace: &'a str,
-    seller_id: &'a str,
-    locale: &'a str,
-) -> Seller<'a> {
+pub fn opted_in_seller<'a>(marketplace: &'a str, seller_id: &'a str, locale: &'a str) -> Seller<'a> {
     Seller {
         marketplace,
         seller_id,

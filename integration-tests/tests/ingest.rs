@@ -14,11 +14,7 @@ const WAIT: Duration = Duration::from_secs(60);
 type PoisonCase<'a> = (&'a str, &'a str, Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// Produces the seller profile and waits until ingest stored it, so orders render with it.
-async fn seed_seller(
-    env: &TestEnv,
-    p: &rdkafka::producer::FutureProducer,
-    s: &Seller<'_>,
-) -> Result<()> {
+async fn seed_seller(env: &TestEnv, p: &rdkafka::producer::FutureProducer, s: &Seller<'_>) -> Result<()> {
     produce(
         p,
         &env.topic("seller-profiles"),
@@ -29,10 +25,7 @@ async fn seed_seller(
     .await?;
     env.wait_count(
         "seller profile stored",
-        &format!(
-            "SELECT count(*) FROM sellers WHERE seller_id = '{}'",
-            s.seller_id
-        ),
+        &format!("SELECT count(*) FROM sellers WHERE seller_id = '{}'", s.seller_id),
         1,
         WAIT,
     )
@@ -50,8 +43,7 @@ async fn wait_lag_zero(env: &TestEnv) -> Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn duplicate_events_from_two_ingest_instances_converge_on_one_intent_per_channel(
-) -> Result<()> {
+async fn duplicate_events_from_two_ingest_instances_converge_on_one_intent_per_channel() -> Result<()> {
     let env = TestEnv::new("dup", "").await?;
     let mut a = env.spawn_ingest("ingest-a", &[])?;
     let mut b = env.spawn_ingest("ingest-b", &[])?;
@@ -80,10 +72,7 @@ async fn duplicate_events_from_two_ingest_instances_converge_on_one_intent_per_c
         }
     }
     wait_lag_zero(&env).await?;
-    assert!(
-        a.is_running() && b.is_running(),
-        "both ingest instances stay up"
-    );
+    assert!(a.is_running() && b.is_running(), "both ingest instances stay up");
     for (name, proc) in [("a", &a), ("b", &b)] {
         assert!(
             proc.log().contains("intent created"),
@@ -92,8 +81,7 @@ async fn duplicate_events_from_two_ingest_instances_converge_on_one_intent_per_c
     }
 
     assert_eq!(
-        env.count("SELECT count(*) FROM notification_intents")
-            .await?,
+        env.count("SELECT count(*) FROM notification_intents").await?,
         40,
         "one intent per (order, channel)"
     );
@@ -112,12 +100,18 @@ async fn duplicate_events_from_two_ingest_instances_converge_on_one_intent_per_c
         "duplicates are not conflicts"
     );
     assert_eq!(
-        env.count("SELECT count(*) FROM notification_intents WHERE state = 'pending' AND consent = 'granted'").await?,
+        env.count(
+            "SELECT count(*) FROM notification_intents WHERE state = 'pending' AND consent = 'granted'"
+        )
+        .await?,
         40
     );
     // The French seller gets the French revision, frozen in the payload.
     assert_eq!(
-        env.count("SELECT count(*) FROM notification_payloads WHERE locale = 'fr' AND destination IS NOT NULL").await?,
+        env.count(
+            "SELECT count(*) FROM notification_payloads WHERE locale = 'fr' AND destination IS NOT NULL"
+        )
+        .await?,
         40
     );
     assert!(a.terminate(WAIT).await?.success(), "SIGTERM exits 0");
@@ -127,8 +121,7 @@ async fn duplicate_events_from_two_ingest_instances_converge_on_one_intent_per_c
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn changed_content_under_the_same_key_is_a_conflict_and_leaves_the_intent_unchanged(
-) -> Result<()> {
+async fn changed_content_under_the_same_key_is_a_conflict_and_leaves_the_intent_unchanged() -> Result<()> {
     let env = TestEnv::new("conflict", "").await?;
     let _ingest = env.spawn_ingest("ingest", &[])?;
     let p = producer()?;
@@ -265,6 +258,38 @@ async fn template_revision_published_between_duplicates_keeps_the_first_revision
         body.to_str().unwrap(),
         "--activate",
     ])?;
+    // Revisions are immutable: the same content again is a no-op, other content is refused.
+    let republish = |body: &std::path::Path| {
+        env.herald_output(&[
+            "template",
+            "publish",
+            "--template",
+            "order_created",
+            "--channel",
+            "email",
+            "--locale",
+            "en",
+            "--revision",
+            "2",
+            "--subject",
+            "R2 {{ order_id }}",
+            "--body-file",
+            body.to_str().unwrap(),
+        ])
+    };
+    let same = republish(&body)?;
+    assert!(same.status.success());
+    assert!(String::from_utf8_lossy(&same.stdout).contains("already published"));
+    let other = env.dir.join("email-r2-changed.txt");
+    std::fs::write(&other, "Changed text for {{ order_id }}")?;
+    let refused = republish(&other)?;
+    assert!(
+        !refused.status.success(),
+        "re-publishing a revision with other content is refused"
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("immutable"), "{stderr}");
+
     produce(
         &p,
         &topic,
@@ -298,11 +323,7 @@ async fn template_revision_published_between_duplicates_keeps_the_first_revision
     .await?;
     wait_lag_zero(&env).await?;
 
-    assert_eq!(
-        env.count("SELECT count(*) FROM notification_intents")
-            .await?,
-        4
-    );
+    assert_eq!(env.count("SELECT count(*) FROM notification_intents").await?, 4);
     assert_eq!(
         env.count("SELECT count(*) FROM notification_intents WHERE order_id = '9001' AND channel = 'email' AND template_revision = '1'").await?,
         1,
@@ -403,27 +424,13 @@ async fn every_poison_kind_is_dead_lettered_once_and_lag_returns_to_zero() -> Re
             "template_missing",
             orders.as_str(),
             None,
-            Some(order_event(
-                "evt-r",
-                "order.refunded",
-                "acme",
-                "2",
-                "s",
-                "1.00",
-            )),
+            Some(order_event("evt-r", "order.refunded", "acme", "2", "s", "1.00")),
         ),
         (
             "render_failed",
             orders.as_str(),
             None,
-            Some(order_event(
-                "evt-b",
-                "order.broken",
-                "acme",
-                "3",
-                "s",
-                "1.00",
-            )),
+            Some(order_event("evt-b", "order.broken", "acme", "3", "s", "1.00")),
         ),
         (
             "bad_key",
@@ -448,14 +455,7 @@ async fn every_poison_kind_is_dead_lettered_once_and_lag_returns_to_zero() -> Re
         &p,
         &orders,
         None,
-        Some(&order_event(
-            "evt-x",
-            "order.viewed",
-            "acme",
-            "4",
-            "s",
-            "1.00",
-        )),
+        Some(&order_event("evt-x", "order.viewed", "acme", "4", "s", "1.00")),
         &[],
     )
     .await?;
@@ -484,20 +484,13 @@ async fn every_poison_kind_is_dead_lettered_once_and_lag_returns_to_zero() -> Re
             .collect();
         assert_eq!(found.len(), 1, "{reason} at {topic}/{partition}@{offset}");
         assert_eq!(
-            found[0]
-                .headers
-                .get("herald-dlq-reason")
-                .map(String::as_str),
+            found[0].headers.get("herald-dlq-reason").map(String::as_str),
             Some(*reason)
         );
         assert!(!found[0].headers["herald-dlq-detail"].is_empty());
     }
     // The good event: no seller profile, so its intents exist but are suppressed.
-    assert_eq!(
-        env.count("SELECT count(*) FROM notification_intents")
-            .await?,
-        2
-    );
+    assert_eq!(env.count("SELECT count(*) FROM notification_intents").await?, 2);
     assert_eq!(
         env.count("SELECT count(*) FROM notification_intents WHERE state = 'suppressed' AND consent = 'no_seller_profile'").await?,
         2
@@ -512,8 +505,7 @@ async fn every_poison_kind_is_dead_lettered_once_and_lag_returns_to_zero() -> Re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ingest_killed_after_db_commit_before_offset_commit_replays_into_the_same_intent(
-) -> Result<()> {
+async fn ingest_killed_after_db_commit_before_offset_commit_replays_into_the_same_intent() -> Result<()> {
     let env = TestEnv::new("crash", "").await?;
     let p = producer()?;
     let mut seeding = env.spawn_ingest("ingest-0", &[])?;
@@ -549,13 +541,8 @@ async fn ingest_killed_after_db_commit_before_offset_commit_replays_into_the_sam
         WAIT,
     )
     .await?;
-    env.wait_count(
-        "outbox rows committed",
-        "SELECT count(*) FROM outbox",
-        2,
-        WAIT,
-    )
-    .await?;
+    env.wait_count("outbox rows committed", "SELECT count(*) FROM outbox", 2, WAIT)
+        .await?;
     first.kill()?;
     let group = env.group("herald-ingest");
     let orders = env.topic("order-events");
@@ -571,8 +558,7 @@ async fn ingest_killed_after_db_commit_before_offset_commit_replays_into_the_sam
         "the replay was processed and converged"
     );
     assert_eq!(
-        env.count("SELECT count(*) FROM notification_intents")
-            .await?,
+        env.count("SELECT count(*) FROM notification_intents").await?,
         2,
         "replay converges: still one intent per channel"
     );

@@ -54,19 +54,12 @@ impl fmt::Display for ConsentDecision {
 }
 
 /// The decision and, when granted, the destination to freeze into the payload.
-pub fn decide(
-    seller: Option<&SellerProfile>,
-    channel: Channel,
-) -> (ConsentDecision, Option<String>) {
+pub fn decide(seller: Option<&SellerProfile>, channel: Channel) -> (ConsentDecision, Option<String>) {
     let Some(seller) = seller else {
         return (ConsentDecision::NoSellerProfile, None);
     };
     let (opted_in, destination, valid): (bool, Option<&String>, fn(&str) -> bool) = match channel {
-        Channel::Email => (
-            seller.email_opt_in,
-            seller.email.as_ref(),
-            is_plausible_email,
-        ),
+        Channel::Email => (seller.email_opt_in, seller.email.as_ref(), is_plausible_email),
         Channel::Sms => (seller.sms_opt_in, seller.phone.as_ref(), is_e164),
     };
     match destination {
@@ -90,9 +83,9 @@ pub fn is_plausible_email(s: &str) -> bool {
         && !domain.starts_with('.')
         && !domain.ends_with('.')
         && !domain.contains('@')
-        && !s.chars().any(|c| {
-            c.is_whitespace() || c.is_control() || matches!(c, '<' | '>' | ',' | ';' | '"')
-        })
+        && !s
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '<' | '>' | ',' | ';' | '"'))
 }
 
 /// E.164: `+`, a non-zero digit, then 6 to 14 more digits.
@@ -100,21 +93,14 @@ pub fn is_e164(s: &str) -> bool {
     let Some(digits) = s.strip_prefix('+') else {
         return false;
     };
-    (7..=15).contains(&digits.len())
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && !digits.starts_with('0')
+    (7..=15).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0')
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn seller(
-        email: Option<&str>,
-        phone: Option<&str>,
-        email_in: bool,
-        sms_in: bool,
-    ) -> SellerProfile {
+    fn seller(email: Option<&str>, phone: Option<&str>, email_in: bool, sms_in: bool) -> SellerProfile {
         SellerProfile {
             marketplace_id: "acme".into(),
             seller_id: "s".into(),
@@ -135,15 +121,9 @@ mod tests {
             (ConsentDecision::Granted, Some("a@example.com".into()))
         );
         assert_eq!(decide(Some(&ok), Channel::Sms).0, ConsentDecision::Granted);
-        assert_eq!(
-            decide(None, Channel::Email).0,
-            ConsentDecision::NoSellerProfile
-        );
+        assert_eq!(decide(None, Channel::Email).0, ConsentDecision::NoSellerProfile);
         let out = seller(Some("a@example.com"), Some("+15555550100"), false, true);
-        assert_eq!(
-            decide(Some(&out), Channel::Email).0,
-            ConsentDecision::OptedOut
-        );
+        assert_eq!(decide(Some(&out), Channel::Email).0, ConsentDecision::OptedOut);
         let none = seller(None, None, true, true);
         assert_eq!(
             decide(Some(&none), Channel::Sms).0,

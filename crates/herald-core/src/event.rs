@@ -156,8 +156,8 @@ pub fn fingerprint(document: &Map<String, Value>) -> Fingerprint {
         .filter(|(k, _)| !TRANSPORT_FIELDS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let canonical = serde_json::to_vec(&Value::Object(business))
-        .expect("serialising a serde_json value cannot fail");
+    let canonical =
+        serde_json::to_vec(&Value::Object(business)).expect("serialising a serde_json value cannot fail");
     Fingerprint(fields_hex(&[b"order-event-v1", &canonical]))
 }
 
@@ -169,12 +169,8 @@ pub fn decode_object(bytes: &[u8], max_bytes: usize) -> Result<Map<String, Value
             format!("message is {} bytes, limit is {max_bytes}", bytes.len()),
         ));
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        DecodeError::new(
-            DeadLetterReason::NotUtf8,
-            format!("value is not UTF-8: {e}"),
-        )
-    })?;
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| DecodeError::new(DeadLetterReason::NotUtf8, format!("value is not UTF-8: {e}")))?;
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(DecodeError::new(
@@ -188,10 +184,7 @@ pub fn decode_object(bytes: &[u8], max_bytes: usize) -> Result<Map<String, Value
     }
 }
 
-pub(crate) fn required_str<'a>(
-    doc: &'a Map<String, Value>,
-    name: &str,
-) -> Result<&'a str, DecodeError> {
+pub(crate) fn required_str<'a>(doc: &'a Map<String, Value>, name: &str) -> Result<&'a str, DecodeError> {
     match doc.get(name) {
         Some(Value::String(s)) => Ok(s),
         Some(Value::Null) | None => Err(DecodeError::new(
@@ -200,10 +193,7 @@ pub(crate) fn required_str<'a>(
         )),
         Some(other) => Err(DecodeError::new(
             DeadLetterReason::WrongType,
-            format!(
-                "field {name:?} must be a string, found {}",
-                json_type(other)
-            ),
+            format!("field {name:?} must be a string, found {}", json_type(other)),
         )),
     }
 }
@@ -226,10 +216,7 @@ pub(crate) fn check_id(name: &str, s: &str) -> Result<(), DecodeError> {
     if s.len() > MAX_ID_LEN {
         return Err(DecodeError::new(
             DeadLetterReason::InvalidValue,
-            format!(
-                "field {name:?} is {} bytes long, limit is {MAX_ID_LEN}",
-                s.len()
-            ),
+            format!("field {name:?} is {} bytes long, limit is {MAX_ID_LEN}", s.len()),
         ));
     }
     if s.chars().any(char::is_control) {
@@ -296,9 +283,7 @@ mod tests {
     #[test]
     fn poison_kinds_are_named() {
         assert_eq!(
-            OrderEvent::decode(SAMPLE.as_bytes(), 10)
-                .unwrap_err()
-                .reason,
+            OrderEvent::decode(SAMPLE.as_bytes(), 10).unwrap_err().reason,
             DeadLetterReason::TooLarge
         );
         assert_eq!(

@@ -100,7 +100,9 @@ pub struct RenderOptions {
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RenderError {
-    #[error("no active revision of template {template:?} for {channel} in locale {locale:?} or its fallbacks")]
+    #[error(
+        "no active revision of template {template:?} for {channel} in locale {locale:?} or its fallbacks"
+    )]
     Missing {
         template: String,
         channel: Channel,
@@ -149,19 +151,11 @@ impl Renderer {
     }
 
     /// Locale fallback: exact, then the language alone, then the default locale.
-    pub fn resolve(
-        &self,
-        template: &str,
-        channel: Channel,
-        locale: &str,
-    ) -> Option<&TemplateRevision> {
+    pub fn resolve(&self, template: &str, channel: Channel, locale: &str) -> Option<&TemplateRevision> {
         let language = locale.split(['-', '_']).next().unwrap_or(locale);
         [locale, language, self.options.default_locale.as_str()]
             .into_iter()
-            .find_map(|l| {
-                self.active
-                    .get(&(template.to_owned(), channel, l.to_owned()))
-            })
+            .find_map(|l| self.active.get(&(template.to_owned(), channel, l.to_owned())))
     }
 
     /// Renders the payload of one (event, channel). The consent decision is taken here so
@@ -200,9 +194,7 @@ impl Renderer {
                 .env
                 .get_template(&name)
                 .map_err(|e| fail(format!("{part}: {e:#}")))?;
-            let out = tmpl
-                .render(&ctx)
-                .map_err(|e| fail(format!("{part}: {e:#}")))?;
+            let out = tmpl.render(&ctx).map_err(|e| fail(format!("{part}: {e:#}")))?;
             if out.len() > MAX_BODY_BYTES {
                 return Err(fail(format!(
                     "{part} renders to {} bytes, limit is {MAX_BODY_BYTES}",
@@ -344,9 +336,7 @@ mod tests {
             locale: locale.into(),
             revision: revision.into(),
             subject: Some(subject.into()),
-            body_text:
-                "Order {{ order_id }}: {{ order.total }} {{ order.currency }} {{ order.note }}"
-                    .into(),
+            body_text: "Order {{ order_id }}: {{ order.total }} {{ order.currency }} {{ order.note }}".into(),
             body_html: Some("<p>{{ order.note }}</p>".into()),
         }
     }
@@ -368,12 +358,7 @@ mod tests {
             options(),
         );
         let p = r
-            .render(
-                "order_created",
-                Channel::Email,
-                &event(),
-                Some(&seller("fr-CA")),
-            )
+            .render("order_created", Channel::Email, &event(), Some(&seller("fr-CA")))
             .unwrap();
         assert_eq!(p.locale, "fr");
         assert_eq!(p.template_revision, "2");
@@ -386,12 +371,7 @@ mod tests {
         assert_eq!(p.consent, ConsentDecision::Granted);
         assert_eq!(p.destination.as_deref(), Some("s19@example.com"));
         let p = r
-            .render(
-                "order_created",
-                Channel::Email,
-                &event(),
-                Some(&seller("de-DE")),
-            )
+            .render("order_created", Channel::Email, &event(), Some(&seller("de-DE")))
             .unwrap();
         assert_eq!(p.locale, "en");
     }
@@ -428,9 +408,7 @@ mod tests {
             body_html: None,
         };
         let r = Renderer::new(vec![t], options());
-        assert!(r
-            .render("order_created", Channel::Sms, &event(), None)
-            .is_err());
+        assert!(r.render("order_created", Channel::Sms, &event(), None).is_err());
     }
 
     #[test]

@@ -6,9 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::event::{
-    check_id, decode_object, json_type, required_id, DeadLetterReason, DecodeError,
-};
+use crate::event::{check_id, decode_object, json_type, required_id, DeadLetterReason, DecodeError};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SellerProfile {
@@ -43,14 +41,9 @@ impl SellerRecord {
     }
 
     /// Decodes a `seller-profiles` message. `value = None` is a tombstone.
-    pub fn decode(
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        max_bytes: usize,
-    ) -> Result<Self, DecodeError> {
-        let key = key.ok_or_else(|| {
-            DecodeError::new(DeadLetterReason::BadKey, "seller profile without a key")
-        })?;
+    pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>, max_bytes: usize) -> Result<Self, DecodeError> {
+        let key =
+            key.ok_or_else(|| DecodeError::new(DeadLetterReason::BadKey, "seller profile without a key"))?;
         let key = std::str::from_utf8(key)
             .map_err(|_| DecodeError::new(DeadLetterReason::BadKey, "key is not UTF-8"))?;
         let (marketplace_id, seller_id) = key.split_once(':').ok_or_else(|| {
@@ -84,10 +77,7 @@ impl SellerRecord {
                 Some(Value::String(s)) => Ok(Some(s.trim().to_owned())),
                 Some(other) => Err(DecodeError::new(
                     DeadLetterReason::WrongType,
-                    format!(
-                        "field {name:?} must be a string, found {}",
-                        json_type(other)
-                    ),
+                    format!("field {name:?} must be a string, found {}", json_type(other)),
                 )),
             }
         };
@@ -97,10 +87,7 @@ impl SellerRecord {
                 Some(Value::Bool(b)) => Ok(*b),
                 Some(other) => Err(DecodeError::new(
                     DeadLetterReason::WrongType,
-                    format!(
-                        "field {name:?} must be a boolean, found {}",
-                        json_type(other)
-                    ),
+                    format!("field {name:?} must be a boolean, found {}", json_type(other)),
                 )),
             }
         };
@@ -120,10 +107,7 @@ impl SellerRecord {
             Some(other) => {
                 return Err(DecodeError::new(
                     DeadLetterReason::WrongType,
-                    format!(
-                        "field \"version\" must be an integer, found {}",
-                        json_type(other)
-                    ),
+                    format!("field \"version\" must be an integer, found {}", json_type(other)),
                 ))
             }
         };
@@ -148,8 +132,7 @@ mod tests {
 
     #[test]
     fn sample_profile_decodes() {
-        let r =
-            SellerRecord::decode(Some(b"acme:seller-19"), Some(VALUE.as_bytes()), 4096).unwrap();
+        let r = SellerRecord::decode(Some(b"acme:seller-19"), Some(VALUE.as_bytes()), 4096).unwrap();
         let SellerRecord::Upsert(p) = r else {
             panic!("expected an upsert")
         };
@@ -167,11 +150,9 @@ mod tests {
 
     #[test]
     fn key_must_match_value() {
-        let e = SellerRecord::decode(Some(b"acme:seller-20"), Some(VALUE.as_bytes()), 4096)
-            .unwrap_err();
+        let e = SellerRecord::decode(Some(b"acme:seller-20"), Some(VALUE.as_bytes()), 4096).unwrap_err();
         assert_eq!(e.reason, DeadLetterReason::InvalidValue);
-        let e = SellerRecord::decode(Some(b"acme-seller-19"), Some(VALUE.as_bytes()), 4096)
-            .unwrap_err();
+        let e = SellerRecord::decode(Some(b"acme-seller-19"), Some(VALUE.as_bytes()), 4096).unwrap_err();
         assert_eq!(e.reason, DeadLetterReason::BadKey);
         let e = SellerRecord::decode(None, Some(VALUE.as_bytes()), 4096).unwrap_err();
         assert_eq!(e.reason, DeadLetterReason::BadKey);
@@ -180,12 +161,10 @@ mod tests {
     #[test]
     fn mistyped_fields_are_rejected() {
         let v = VALUE.replace("\"version\":3", "\"version\":\"3\"");
-        let e =
-            SellerRecord::decode(Some(b"acme:seller-19"), Some(v.as_bytes()), 4096).unwrap_err();
+        let e = SellerRecord::decode(Some(b"acme:seller-19"), Some(v.as_bytes()), 4096).unwrap_err();
         assert_eq!(e.reason, DeadLetterReason::WrongType);
         let v = VALUE.replace("\"email_opt_in\":true", "\"email_opt_in\":\"yes\"");
-        let e =
-            SellerRecord::decode(Some(b"acme:seller-19"), Some(v.as_bytes()), 4096).unwrap_err();
+        let e = SellerRecord::decode(Some(b"acme:seller-19"), Some(v.as_bytes()), 4096).unwrap_err();
         assert_eq!(e.reason, DeadLetterReason::WrongType);
     }
 }

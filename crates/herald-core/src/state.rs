@@ -48,10 +48,7 @@ impl IntentState {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            IntentState::Accepted
-                | IntentState::Rejected
-                | IntentState::Failed
-                | IntentState::Suppressed
+            IntentState::Accepted | IntentState::Rejected | IntentState::Failed | IntentState::Suppressed
         )
     }
 }

@@ -37,11 +37,7 @@ pub async fn ensure_topics(
         .iter()
         .map(|s| {
             s.config.iter().fold(
-                NewTopic::new(
-                    &s.name,
-                    s.partitions,
-                    TopicReplication::Fixed(s.replication),
-                ),
+                NewTopic::new(&s.name, s.partitions, TopicReplication::Fixed(s.replication)),
                 |t, (k, v)| t.set(k, v),
             )
         })

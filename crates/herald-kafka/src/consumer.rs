@@ -22,11 +22,7 @@ pub struct LoggingContext {
 impl ClientContext for LoggingContext {}
 
 impl ConsumerContext for LoggingContext {
-    fn post_rebalance(
-        &self,
-        _consumer: &rdkafka::consumer::BaseConsumer<Self>,
-        rebalance: &Rebalance<'_>,
-    ) {
+    fn post_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 info!(group = %self.group, partitions = %describe(tpl), "partitions assigned")
@@ -38,19 +34,13 @@ impl ConsumerContext for LoggingContext {
         }
     }
 
-    fn commit_callback(
-        &self,
-        result: rdkafka::error::KafkaResult<()>,
-        offsets: &TopicPartitionList,
-    ) {
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
             Ok(()) => {
                 debug!(group = %self.group, offsets = %describe(offsets), "offsets committed")
             }
             // No stored offset newer than the last commit: nothing to do.
-            Err(rdkafka::error::KafkaError::ConsumerCommit(
-                rdkafka::types::RDKafkaErrorCode::NoOffset,
-            )) => {}
+            Err(rdkafka::error::KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
             Err(e) => {
                 warn!(group = %self.group, error = %e, "offset commit failed; it is retried at the next interval")
             }
@@ -103,9 +93,8 @@ pub struct BatchConsumer {
 
 impl BatchConsumer {
     pub fn subscribe(settings: &KafkaSettings, group: &str, topics: &[&str]) -> Result<Self> {
-        let consumer: StreamConsumer<LoggingContext> = settings
-            .consumer(group)
-            .create_with_context(LoggingContext {
+        let consumer: StreamConsumer<LoggingContext> =
+            settings.consumer(group).create_with_context(LoggingContext {
                 group: group.to_owned(),
             })?;
         consumer.subscribe(topics)?;
@@ -149,9 +138,7 @@ impl BatchConsumer {
     pub fn store(&self, positions: &[Position]) {
         for p in positions {
             let mut tpl = TopicPartitionList::new();
-            if let Err(e) =
-                tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.next_offset))
-            {
+            if let Err(e) = tpl.add_partition_offset(&p.topic, p.partition, Offset::Offset(p.next_offset)) {
                 warn!(error = %e, "invalid offset position");
                 continue;
             }
@@ -169,9 +156,9 @@ impl BatchConsumer {
             .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
         {
             Ok(()) => Ok(()),
-            Err(rdkafka::error::KafkaError::ConsumerCommit(
-                rdkafka::types::RDKafkaErrorCode::NoOffset,
-            )) => Ok(()),
+            Err(rdkafka::error::KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {
+                Ok(())
+            }
             Err(e) => Err(e.into()),
         }
     }

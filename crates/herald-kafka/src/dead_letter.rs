@@ -99,8 +99,7 @@ impl DeadLetterProducer {
                 });
             }
         }
-        let mut record: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(&self.topic).headers(headers);
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(headers);
         if let Some(k) = m.key() {
             record = record.key(k);
         }

@@ -105,11 +105,7 @@ impl<'a> IngestTx<'a> {
             .collect();
         // Two ingest instances inserting overlapping keys take the unique-index locks in
         // the same order, so they wait for each other instead of deadlocking.
-        candidates.sort_by(|a, b| {
-            intents[a.0]
-                .idempotency_key
-                .cmp(&intents[b.0].idempotency_key)
-        });
+        candidates.sort_by(|a, b| intents[a.0].idempotency_key.cmp(&intents[b.0].idempotency_key));
         let created = self.insert_intents(intents, &candidates).await?;
 
         let created_at: HashMap<usize, Uuid> = candidates
@@ -257,9 +253,9 @@ impl<'a> IngestTx<'a> {
         rows.iter()
             .map(|r| {
                 let state: &str = r.get(1);
-                let state = state.parse().map_err(|e| {
-                    crate::StoreError::Corrupt(format!("notification_intents.state: {e}"))
-                })?;
+                let state = state
+                    .parse()
+                    .map_err(|e| crate::StoreError::Corrupt(format!("notification_intents.state: {e}")))?;
                 Ok((r.get(0), state))
             })
             .collect()

@@ -51,28 +51,6 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-impl StoreError {
-    /// True when the error is about reaching PostgreSQL (down, restarting, network), so the
-    /// caller should retry the same work later rather than give up on it.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            StoreError::Pool(_) => true,
-            StoreError::Db(e) => {
-                e.is_closed()
-                    || e.code().is_none_or(|c| {
-                        // Class 08 connection exceptions, 57P01..03 shutdown/cannot connect,
-                        // 40001/40P01 serialization failure and deadlock.
-                        c.code().starts_with("08")
-                            || c.code().starts_with("57P")
-                            || c.code() == "40001"
-                            || c.code() == "40P01"
-                    })
-            }
-            _ => false,
-        }
-    }
-}
-
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Pool settings from the `[database]` section of the configuration.

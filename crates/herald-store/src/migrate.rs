@@ -64,11 +64,7 @@ async fn ensure_attempt_partitions(
     let mut created = Vec::new();
     for _ in 0..=months_ahead {
         let next = next_month(month);
-        let name = format!(
-            "notification_attempts_{:04}_{:02}",
-            month.year(),
-            month.month()
-        );
+        let name = format!("notification_attempts_{:04}_{:02}", month.year(), month.month());
         let exists: bool = client
             .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
             .await?

@@ -16,9 +16,7 @@ pub fn fold_seller_records(records: Vec<SellerRecord>) -> Vec<SellerRecord> {
         let (m, s) = rec.ids();
         let key = (m.to_owned(), s.to_owned());
         let keep_previous = match (last.get(&key), &rec) {
-            (Some(SellerRecord::Upsert(prev)), SellerRecord::Upsert(new)) => {
-                prev.version >= new.version
-            }
+            (Some(SellerRecord::Upsert(prev)), SellerRecord::Upsert(new)) => prev.version >= new.version,
             _ => false,
         };
         if !last.contains_key(&key) {
@@ -35,10 +33,7 @@ pub fn fold_seller_records(records: Vec<SellerRecord>) -> Vec<SellerRecord> {
 
 /// Applies folded records (at most one per seller): upserts only when newer than the
 /// stored version, deletes for tombstones. Returns (upserted, deleted) row counts.
-pub(crate) async fn apply(
-    client: &impl GenericClient,
-    records: &[SellerRecord],
-) -> Result<(u64, u64)> {
+pub(crate) async fn apply(client: &impl GenericClient, records: &[SellerRecord]) -> Result<(u64, u64)> {
     let mut up = UpsertColumns::default();
     let (mut del_m, mut del_s) = (Vec::new(), Vec::new());
     for rec in records {
@@ -180,13 +175,7 @@ mod tests {
 
     #[test]
     fn folding_keeps_one_record_per_seller() {
-        let folded = fold_seller_records(vec![
-            up("a", 2),
-            up("b", 1),
-            up("a", 1),
-            up("a", 3),
-            del("b"),
-        ]);
+        let folded = fold_seller_records(vec![up("a", 2), up("b", 1), up("a", 1), up("a", 3), del("b")]);
         assert_eq!(folded, vec![up("a", 3), del("b")]);
         let folded = fold_seller_records(vec![up("b", 1), up("a", 1)]);
         assert_eq!(folded, vec![up("a", 1), up("b", 1)]);

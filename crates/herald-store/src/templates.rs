@@ -17,11 +17,7 @@ impl Store {
     /// Stores a revision; refuses a revision that exists with other content. With
     /// `activate`, makes it the one active revision of its (template, channel, locale) in
     /// the same transaction.
-    pub async fn publish_template(
-        &self,
-        rev: &TemplateRevision,
-        activate: bool,
-    ) -> Result<PublishOutcome> {
+    pub async fn publish_template(&self, rev: &TemplateRevision, activate: bool) -> Result<PublishOutcome> {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let digest = rev.content_digest();
@@ -50,12 +46,7 @@ impl Store {
                 .query_one(
                     "SELECT content_digest FROM templates
                      WHERE template = $1 AND channel = $2 AND locale = $3 AND revision = $4",
-                    &[
-                        &rev.template,
-                        &rev.channel.as_str(),
-                        &rev.locale,
-                        &rev.revision,
-                    ],
+                    &[&rev.template, &rev.channel.as_str(), &rev.locale, &rev.revision],
                 )
                 .await?
                 .get(0);

@@ -204,9 +204,8 @@ impl Config {
                 // (HERALD_BIN in the tests, say) belong to someone else.
                 Env::prefixed("HERALD_")
                     .filter(|k| {
-                        SECTIONS
-                            .iter()
-                            .any(|s| k.as_str().starts_with(&format!("{s}__")))
+                        let k = k.as_str().to_ascii_lowercase();
+                        SECTIONS.iter().any(|s| k.starts_with(&format!("{s}__")))
                     })
                     .split("__"),
             )
@@ -236,12 +235,7 @@ impl Config {
             .url
             .parse::<tokio_postgres_config::Config>()
             .map_err(|e| anyhow::anyhow!("database.url is not a valid PostgreSQL URL: {e}"))?;
-        range(
-            "database.pool_size",
-            self.database.pool_size as u64,
-            1,
-            1000,
-        )?;
+        range("database.pool_size", self.database.pool_size as u64, 1, 1000)?;
         range(
             "database.connect_timeout_ms",
             self.database.connect_timeout_ms,
@@ -265,10 +259,7 @@ impl Config {
         )?;
         for (key, name) in [
             ("kafka.topics.order_events", &self.kafka.topics.order_events),
-            (
-                "kafka.topics.seller_profiles",
-                &self.kafka.topics.seller_profiles,
-            ),
+            ("kafka.topics.seller_profiles", &self.kafka.topics.seller_profiles),
             ("kafka.topics.deliveries", &self.kafka.topics.deliveries),
             ("kafka.topics.dead_letter", &self.kafka.topics.dead_letter),
         ] {
@@ -291,14 +282,8 @@ impl Config {
                 "kafka.partitions.seller_profiles",
                 self.kafka.partitions.seller_profiles,
             ),
-            (
-                "kafka.partitions.deliveries",
-                self.kafka.partitions.deliveries,
-            ),
-            (
-                "kafka.partitions.dead_letter",
-                self.kafka.partitions.dead_letter,
-            ),
+            ("kafka.partitions.deliveries", self.kafka.partitions.deliveries),
+            ("kafka.partitions.dead_letter", self.kafka.partitions.dead_letter),
         ] {
             range(key, n as u64, 1, 10_000)?;
         }
@@ -311,12 +296,7 @@ impl Config {
             1,
             100_000,
         )?;
-        range(
-            "ingest.batch_linger_ms",
-            self.ingest.batch_linger_ms,
-            0,
-            60_000,
-        )?;
+        range("ingest.batch_linger_ms", self.ingest.batch_linger_ms, 0, 60_000)?;
         range(
             "ingest.max_message_bytes",
             self.ingest.max_message_bytes as u64,
@@ -344,10 +324,7 @@ impl Config {
                 bail!("routes[{n}].event_kind is empty");
             }
             if !kinds.insert(r.event_kind.as_str()) {
-                bail!(
-                    "routes[{n}].event_kind = {:?} is routed twice",
-                    r.event_kind
-                );
+                bail!("routes[{n}].event_kind = {:?} is routed twice", r.event_kind);
             }
             if r.template.trim().is_empty() {
                 bail!("routes[{n}].template is empty");
@@ -433,9 +410,7 @@ mod tests {
     #[test]
     fn shipped_configs_are_valid() {
         for f in ["herald.example.toml", "local.toml"] {
-            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../config")
-                .join(f);
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(f);
             let text = std::fs::read_to_string(&path).unwrap();
             load_str(&text).unwrap_or_else(|e| panic!("{f}: {e:#}"));
         }
@@ -444,16 +419,13 @@ mod tests {
     #[test]
     fn a_bad_value_names_its_key() {
         let e = load_str("[ingest]\nbatch_max_messages = 0").unwrap_err();
-        assert!(
-            format!("{e:#}").contains("ingest.batch_max_messages"),
-            "{e:#}"
-        );
+        assert!(format!("{e:#}").contains("ingest.batch_max_messages"), "{e:#}");
         let e = load_str("[ingest]\nbatch_max_messages = \"many\"").unwrap_err();
         assert!(format!("{e:#}").contains("batch_max_messages"), "{e:#}");
         let e = load_str("[kafka]\nbrokerz = \"x\"").unwrap_err();
         assert!(format!("{e:#}").contains("brokerz"), "{e:#}");
-        let e = load_str("[[routes]]\nevent_kind = \"a\"\ntemplate = \"t\"\nchannels = [\"fax\"]")
-            .unwrap_err();
+        let e =
+            load_str("[[routes]]\nevent_kind = \"a\"\ntemplate = \"t\"\nchannels = [\"fax\"]").unwrap_err();
         assert!(format!("{e:#}").contains("fax"), "{e:#}");
         let e = load_str("[database]\nurl = \"postgres://h:notaport/db\"").unwrap_err();
         assert!(format!("{e:#}").contains("database.url"), "{e:#}");

@@ -20,8 +20,7 @@ const GROUP: &str = "herald-ingest";
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let db =
-        pg_connect(&std::env::var("DEMO_DATABASE_URL").unwrap_or_else(|_| PG_ADMIN_URL.to_owned()))
-            .await?;
+        pg_connect(&std::env::var("DEMO_DATABASE_URL").unwrap_or_else(|_| PG_ADMIN_URL.to_owned())).await?;
     let p = producer()?;
     let dlq_before = read_all("herald.dead-letter").map(|v| v.len()).unwrap_or(0);
 
@@ -67,10 +66,7 @@ async fn main() -> Result<()> {
             version: 1,
         },
     ];
-    println!(
-        "demo: producing {} seller profiles to {SELLERS}",
-        sellers.len()
-    );
+    println!("demo: producing {} seller profiles to {SELLERS}", sellers.len());
     for s in &sellers {
         produce(&p, SELLERS, Some(&s.key()), Some(&s.value()), &[]).await?;
     }
@@ -182,14 +178,7 @@ async fn main() -> Result<()> {
     )
     .await?;
     // Poison: not JSON.
-    produce(
-        &p,
-        ORDERS,
-        Some(b"garbage"),
-        Some(b"{this is not json"),
-        &[],
-    )
-    .await?;
+    produce(&p, ORDERS, Some(b"garbage"), Some(b"{this is not json"), &[]).await?;
     produced += 2;
     println!("demo: produced {produced} order events to {ORDERS}: 3 duplicate copies, 1 conflicting re-emission, 1 unrouted kind (order.viewed), 1 poison message");
 

@@ -95,11 +95,7 @@ pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> 
             a.worker,
             opt(a.provider_message_id.clone()),
             opt(a.error_category.clone()),
-            if a.after_unknown {
-                " (after unknown)"
-            } else {
-                ""
-            }
+            if a.after_unknown { " (after unknown)" } else { "" }
         );
     }
     println!("conflicts:");

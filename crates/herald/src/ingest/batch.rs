@@ -88,9 +88,7 @@ pub async fn process(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::Res
         .await
         .context("reading seller profiles")?;
     let renderer = Renderer::new(
-        tx.active_templates()
-            .await
-            .context("reading active templates")?,
+        tx.active_templates().await.context("reading active templates")?,
         RenderOptions {
             default_locale: ctx.config.rendering.default_locale.clone(),
             sms_max_segments: ctx.config.rendering.sms_max_segments,
@@ -129,10 +127,7 @@ pub async fn process(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::Res
         // Channels that rendered still converge; the event is dead-lettered once, naming
         // the channels that did not, so a replay after the fix creates only those.
         if !failures.is_empty() {
-            let reason = if failures
-                .iter()
-                .all(|f| matches!(f, RenderError::Missing { .. }))
-            {
+            let reason = if failures.iter().all(|f| matches!(f, RenderError::Missing { .. })) {
                 DeadLetterReason::TemplateMissing
             } else {
                 DeadLetterReason::RenderFailed
@@ -150,9 +145,7 @@ pub async fn process(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::Res
     // Failure policy: a crash before this commit leaves nothing behind (the batch is read
     // again); after it, the dead letters below and the offset store may be lost, and the
     // replay converges on the rows just written and re-sends the dead letters.
-    tx.commit()
-        .await
-        .context("committing the ingest transaction")?;
+    tx.commit().await.context("committing the ingest transaction")?;
     drop(conn);
 
     let s = &ctx.stats;

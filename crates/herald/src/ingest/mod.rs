@@ -24,11 +24,8 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
     let seller_topic = config.topic(&config.kafka.topics.seller_profiles);
     let settings = config.kafka_settings();
     let consumer = BatchConsumer::subscribe(&settings, &group, &[&order_topic, &seller_topic])?;
-    let dead_letters = DeadLetterProducer::new(
-        &settings,
-        &config.topic(&config.kafka.topics.dead_letter),
-        &group,
-    )?;
+    let dead_letters =
+        DeadLetterProducer::new(&settings, &config.topic(&config.kafka.topics.dead_letter), &group)?;
     let stats = Arc::new(IngestStats::default());
     let ctx = IngestContext {
         config: config.clone(),
