@@ -32,6 +32,27 @@ async fn seed_seller(env: &TestEnv, p: &rdkafka::producer::FutureProducer, s: &S
     .await
 }
 
+/// Produces an `order.created` event of marketplace `acme`, keyed by its order id; returns
+/// its (partition, offset).
+async fn produce_order(
+    env: &TestEnv,
+    p: &rdkafka::producer::FutureProducer,
+    event_id: &str,
+    order_id: &str,
+    seller_id: &str,
+    total: &str,
+) -> Result<(i32, i64)> {
+    let value = order_event(event_id, "order.created", "acme", order_id, seller_id, total);
+    produce(
+        p,
+        &env.topic("order-events"),
+        Some(order_id.as_bytes()),
+        Some(&value),
+        &[],
+    )
+    .await
+}
+
 async fn wait_lag_zero(env: &TestEnv) -> Result<()> {
     let group = env.group("herald-ingest");
     let topics = [env.topic("order-events"), env.topic("seller-profiles")];
@@ -126,22 +147,7 @@ async fn changed_content_under_the_same_key_is_a_conflict_and_leaves_the_intent_
     let _ingest = env.spawn_ingest("ingest", &[])?;
     let p = producer()?;
     seed_seller(&env, &p, &opted_in_seller("acme", "seller-7", "en")).await?;
-    let topic = env.topic("order-events");
-    produce(
-        &p,
-        &topic,
-        Some(b"8042"),
-        Some(&order_event(
-            "evt-1",
-            "order.created",
-            "acme",
-            "8042",
-            "seller-7",
-            "129.90",
-        )),
-        &[],
-    )
-    .await?;
+    produce_order(&env, &p, "evt-1", "8042", "seller-7", "129.90").await?;
     env.wait_count(
         "intents created",
         "SELECT count(*) FROM notification_intents",
@@ -154,21 +160,7 @@ async fn changed_content_under_the_same_key_is_a_conflict_and_leaves_the_intent_
         .query("SELECT channel, id::text, payload_digest, request_fingerprint FROM notification_intents ORDER BY channel", &[])
         .await?;
 
-    let (_, offset) = produce(
-        &p,
-        &topic,
-        Some(b"8042"),
-        Some(&order_event(
-            "evt-2",
-            "order.created",
-            "acme",
-            "8042",
-            "seller-7",
-            "139.90",
-        )),
-        &[],
-    )
-    .await?;
+    let (_, offset) = produce_order(&env, &p, "evt-2", "8042", "seller-7", "139.90").await?;
     wait_lag_zero(&env).await?;
 
     // One conflict row per channel of the re-emission, each naming the offending message.
@@ -215,22 +207,7 @@ async fn template_revision_published_between_duplicates_keeps_the_first_revision
     let _ingest = env.spawn_ingest("ingest", &[])?;
     let p = producer()?;
     seed_seller(&env, &p, &opted_in_seller("acme", "seller-3", "en")).await?;
-    let topic = env.topic("order-events");
-    produce(
-        &p,
-        &topic,
-        Some(b"9001"),
-        Some(&order_event(
-            "evt-1",
-            "order.created",
-            "acme",
-            "9001",
-            "seller-3",
-            "10.00",
-        )),
-        &[],
-    )
-    .await?;
+    produce_order(&env, &p, "evt-1", "9001", "seller-3", "10.00").await?;
     env.wait_count(
         "intents created",
         "SELECT count(*) FROM notification_intents",
@@ -290,37 +267,9 @@ async fn template_revision_published_between_duplicates_keeps_the_first_revision
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("immutable"), "{stderr}");
 
-    produce(
-        &p,
-        &topic,
-        Some(b"9001"),
-        Some(&order_event(
-            "evt-2",
-            "order.created",
-            "acme",
-            "9001",
-            "seller-3",
-            "10.00",
-        )),
-        &[],
-    )
-    .await?;
+    produce_order(&env, &p, "evt-2", "9001", "seller-3", "10.00").await?;
     // A new order after the activation does get revision 2.
-    produce(
-        &p,
-        &topic,
-        Some(b"9002"),
-        Some(&order_event(
-            "evt-3",
-            "order.created",
-            "acme",
-            "9002",
-            "seller-3",
-            "10.00",
-        )),
-        &[],
-    )
-    .await?;
+    produce_order(&env, &p, "evt-3", "9002", "seller-3", "10.00").await?;
     wait_lag_zero(&env).await?;
 
     assert_eq!(env.count("SELECT count(*) FROM notification_intents").await?, 4);
@@ -519,21 +468,7 @@ async fn ingest_killed_after_db_commit_before_offset_commit_replays_into_the_sam
         "ingest-1",
         &[("FAILPOINTS", "ingest-after-db-commit=sleep(600000)")],
     )?;
-    produce(
-        &p,
-        &env.topic("order-events"),
-        Some(b"77"),
-        Some(&order_event(
-            "evt-1",
-            "order.created",
-            "acme",
-            "77",
-            "seller-5",
-            "5.00",
-        )),
-        &[],
-    )
-    .await?;
+    produce_order(&env, &p, "evt-1", "77", "seller-5", "5.00").await?;
     env.wait_count(
         "intent committed",
         "SELECT count(*) FROM notification_intents",

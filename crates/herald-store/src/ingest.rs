@@ -13,6 +13,7 @@ use herald_core::render::TemplateRevision;
 use herald_core::{
     BusinessKey, Fingerprint, IdempotencyKey, IntentState, Payload, SellerProfile, SellerRecord,
 };
+use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use crate::{sellers, templates, Connection, Result};
@@ -27,7 +28,7 @@ pub struct SourceRef {
 
 /// One (event, channel) ready to converge.
 #[derive(Debug, Clone)]
-pub struct NewIntent {
+pub struct NewIntent<'e> {
     pub key: BusinessKey,
     pub idempotency_key: IdempotencyKey,
     pub fingerprint: Fingerprint,
@@ -38,8 +39,9 @@ pub struct NewIntent {
     pub occurred_at: DateTime<Utc>,
     pub trace_context: Option<String>,
     pub source: SourceRef,
-    /// The event as received, stored with a conflict as evidence.
-    pub event_document: serde_json::Value,
+    /// The event as received, stored with a conflict as evidence (borrowed: it is only
+    /// serialised when a conflict is found).
+    pub event_document: &'e serde_json::Map<String, serde_json::Value>,
 }
 
 /// What became of one [`NewIntent`], in input order.
@@ -88,7 +90,7 @@ impl<'a> IngestTx<'a> {
 
     /// Creates or converges the intents of a batch. Returns one [`Convergence`] per input,
     /// in input order.
-    pub async fn converge(&self, intents: &[NewIntent]) -> Result<Vec<Convergence>> {
+    pub async fn converge(&self, intents: &[NewIntent<'_>]) -> Result<Vec<Convergence>> {
         if intents.is_empty() {
             return Ok(Vec::new());
         }
@@ -174,8 +176,8 @@ impl<'a> IngestTx<'a> {
         Ok(())
     }
 
-    async fn insert_payloads(&self, intents: &[NewIntent]) -> Result<()> {
-        let mut unique: Vec<&NewIntent> = intents.iter().collect();
+    async fn insert_payloads(&self, intents: &[NewIntent<'_>]) -> Result<()> {
+        let mut unique: Vec<&NewIntent<'_>> = intents.iter().collect();
         // Sorted by digest: concurrent batches lock index entries in one order.
         unique.sort_by(|a, b| a.payload_digest.cmp(&b.payload_digest));
         unique.dedup_by(|a, b| a.payload_digest == b.payload_digest);
@@ -205,7 +207,7 @@ impl<'a> IngestTx<'a> {
     /// outbox rows of created, sendable intents are inserted by the same statement.
     async fn insert_intents(
         &self,
-        intents: &[NewIntent],
+        intents: &[NewIntent<'_>],
         candidates: &[(usize, Uuid)],
     ) -> Result<HashMap<Uuid, IntentState>> {
         let mut c = IntentColumns::default();
@@ -283,7 +285,7 @@ impl<'a> IngestTx<'a> {
     /// Returns the (intent, partition, offset, topic) of conflicts not recorded before.
     async fn insert_conflicts(
         &self,
-        intents: &[NewIntent],
+        intents: &[NewIntent<'_>],
         conflicts: &[(usize, Uuid, String)],
     ) -> Result<HashSet<(Uuid, i32, i64, String)>> {
         let mut ids = Vec::new();
@@ -300,7 +302,7 @@ impl<'a> IngestTx<'a> {
             existing.push(fp.as_str());
             offending.push(i.fingerprint.as_str());
             event_ids.push(i.event_id.as_str());
-            events.push(&i.event_document);
+            events.push(Json(i.event_document));
             topics.push(i.source.topic.as_str());
             partitions.push(i.source.partition);
             offsets.push(i.source.offset);
@@ -378,7 +380,7 @@ struct IntentColumns<'a> {
 }
 
 impl<'a> IntentColumns<'a> {
-    fn push(&mut self, id: Uuid, i: &'a NewIntent) {
+    fn push(&mut self, id: Uuid, i: &'a NewIntent<'_>) {
         self.id.push(id);
         self.marketplace.push(&i.key.marketplace_id);
         self.order.push(&i.key.order_id);

@@ -118,7 +118,7 @@ pub async fn process(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::Res
                             partition: o.message.partition(),
                             offset: o.message.offset(),
                         },
-                        event_document: serde_json::Value::Object(o.event.document.clone()),
+                        event_document: &o.event.document,
                     });
                 }
                 Err(e) => failures.push(e),
@@ -184,7 +184,7 @@ fn dead_letter(m: &OwnedMessage, reason: DeadLetterReason, detail: String) -> De
     }
 }
 
-fn log_convergence(intent: &NewIntent, result: &Convergence, s: &IngestStats) {
+fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats) {
     let channel = intent.key.channel.as_str();
     let revision = intent.payload.template_revision.as_str();
     match result {
