@@ -214,12 +214,17 @@ channels = ["email", "sms"]
 
     /// Starts `herald run --roles ingest` with extra environment; killed when dropped.
     pub fn spawn_ingest(&self, label: &str, env: &[(&str, &str)]) -> Result<HeraldProcess> {
+        self.spawn_roles("ingest", label, env)
+    }
+
+    /// Starts `herald run --roles ROLES` with extra environment; killed when dropped.
+    pub fn spawn_roles(&self, roles: &str, label: &str, env: &[(&str, &str)]) -> Result<HeraldProcess> {
         let log_path = self.dir.join(format!("{label}.log"));
         let log = std::fs::File::create(&log_path)?;
         let mut cmd = Command::new(herald_bin());
         cmd.arg("--config")
             .arg(&self.config_path)
-            .args(["run", "--roles", "ingest"])
+            .args(["run", "--roles", roles])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -9,11 +9,13 @@ pub mod admin;
 pub mod client;
 pub mod consumer;
 pub mod dead_letter;
+pub mod deliveries;
 pub mod headers;
 
 pub use client::KafkaSettings;
 pub use consumer::{BatchConsumer, Position};
 pub use dead_letter::{DeadLetter, DeadLetterProducer};
+pub use deliveries::{DeliveryMessage, DeliveryPublisher};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {

@@ -8,6 +8,7 @@
 pub mod ingest;
 pub mod inspect;
 pub mod migrate;
+pub mod relay;
 pub mod sellers;
 pub mod templates;
 
@@ -96,11 +97,15 @@ impl Store {
         Ok(Self { pool, pg_config })
     }
 
+    pub fn pg_config(&self) -> &tokio_postgres::Config {
+        &self.pg_config
+    }
+
     pub async fn conn(&self) -> Result<Connection> {
         Ok(self.pool.get().await?)
     }
 
-    /// A connection outside the pool, for long sessions (migrations, LISTEN).
+    /// A connection outside the pool, for long sessions (migrations).
     pub async fn dedicated(&self) -> Result<tokio_postgres::Client> {
         let (client, connection) = self.pg_config.connect(NoTls).await?;
         tokio::spawn(async move {

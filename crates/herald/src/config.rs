@@ -23,6 +23,7 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub kafka: KafkaConfig,
     pub ingest: IngestConfig,
+    pub relay: RelayConfig,
     pub rendering: RenderingConfig,
     pub routes: Vec<Route>,
 }
@@ -164,6 +165,28 @@ impl Default for IngestConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+pub struct RelayConfig {
+    /// Most outbox rows claimed and published per round.
+    pub batch_size: i64,
+    /// Fallback poll when no LISTEN notification arrives (also picks up rows that become
+    /// due later, such as scheduled retries).
+    pub poll_interval_ms: u64,
+    /// Longest wait between failed rounds.
+    pub retry_backoff_max_ms: u64,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        Self {
+            batch_size: 500,
+            poll_interval_ms: 1000,
+            retry_backoff_max_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct RenderingConfig {
     pub default_locale: String,
     pub sms_max_segments: u32,
@@ -188,7 +211,7 @@ pub struct Route {
 }
 
 /// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
-const SECTIONS: [&str; 5] = ["log", "database", "kafka", "ingest", "rendering"];
+const SECTIONS: [&str; 6] = ["log", "database", "kafka", "ingest", "relay", "rendering"];
 
 impl Config {
     /// Loads defaults < `path` < environment. A missing file is an error only when the
@@ -306,6 +329,14 @@ impl Config {
         range(
             "ingest.retry_backoff_max_ms",
             self.ingest.retry_backoff_max_ms,
+            10,
+            600_000,
+        )?;
+        range("relay.batch_size", self.relay.batch_size as u64, 1, 10_000)?;
+        range("relay.poll_interval_ms", self.relay.poll_interval_ms, 10, 600_000)?;
+        range(
+            "relay.retry_backoff_max_ms",
+            self.relay.retry_backoff_max_ms,
             10,
             600_000,
         )?;

@@ -5,12 +5,13 @@
 //! herald [--config FILE] topics ensure
 //! herald [--config FILE] template publish --template T --channel email|sms --locale L --revision R ...
 //! herald [--config FILE] intent show <marketplace_id> <order_id> <event_kind> <channel> [--json]
-//! herald [--config FILE] run --roles ingest
+//! herald [--config FILE] run --roles ingest,relay
 //! ```
 
 mod commands;
 mod config;
 mod ingest;
+mod relay;
 mod shutdown;
 
 use std::path::PathBuf;
@@ -76,6 +77,9 @@ fn main() -> ExitCode {
         eprintln!("herald: {e}");
         return ExitCode::from(2);
     }
+    // Reads FAILPOINTS (e.g. `ingest-after-db-commit=sleep(600000)`) when built with the
+    // `failpoints` feature; without it the named points compile to nothing.
+    let scenario = fail::FailScenario::setup();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
             Command::Run(args) => commands::run::run(config, args).await,
         }
     });
+    scenario.teardown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -23,6 +23,10 @@ impl Shutdown {
         Ok(Self(rx))
     }
 
+    pub fn is_requested(&self) -> bool {
+        *self.0.borrow()
+    }
+
     /// Resolves once shutdown is requested.
     pub async fn requested(&mut self) {
         let _ = self.0.wait_for(|v| *v).await;

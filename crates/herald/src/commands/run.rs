@@ -9,20 +9,39 @@ use crate::shutdown::Shutdown;
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Comma-separated roles to run in this process. Available: ingest.
-    #[arg(long, value_delimiter = ',', default_value = "ingest")]
+    /// Comma-separated roles to run in this process: ingest, relay.
+    #[arg(long, value_delimiter = ',', default_value = "ingest,relay")]
     roles: Vec<String>,
 }
 
-pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<()> {
-    for role in &args.roles {
-        match role.as_str() {
-            "ingest" => {}
-            "relay" | "deliver" => bail!("role {role:?} is not available in this build yet"),
-            other => bail!("unknown role {other:?}; available roles: ingest"),
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Ingest,
+    Relay,
+}
+
+fn parse_roles(names: &[String]) -> anyhow::Result<Vec<Role>> {
+    let mut roles = Vec::new();
+    for name in names {
+        let role = match name.trim() {
+            "ingest" => Role::Ingest,
+            "relay" => Role::Relay,
+            "deliver" => bail!("role \"deliver\" is not available in this build yet"),
+            other => bail!("unknown role {other:?}; available roles: ingest, relay"),
+        };
+        if !roles.contains(&role) {
+            roles.push(role);
         }
     }
-    if config.routes.is_empty() {
+    if roles.is_empty() {
+        bail!("--roles is empty");
+    }
+    Ok(roles)
+}
+
+pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<()> {
+    let roles = parse_roles(&args.roles)?;
+    if roles.contains(&Role::Ingest) && config.routes.is_empty() {
         tracing::warn!("no routes configured: every order event will be skipped");
     }
     let config = Arc::new(config);
@@ -38,7 +57,19 @@ pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<()> {
     }
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     tracing::info!(roles = ?args.roles, version = env!("CARGO_PKG_VERSION"), "herald started");
-    crate::ingest::run(config, store, shutdown).await?;
+    // Each role runs until shutdown; the first to fail stops the process with its error
+    // (the others are dropped: their uncommitted work is replayed by the next process).
+    let mut tasks = tokio::task::JoinSet::new();
+    for role in roles {
+        let (config, store, shutdown) = (config.clone(), store.clone(), shutdown.clone());
+        match role {
+            Role::Ingest => tasks.spawn(crate::ingest::run(config, store, shutdown)),
+            Role::Relay => tasks.spawn(crate::relay::run(config, store, shutdown)),
+        };
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.context("a role panicked")??;
+    }
     tracing::info!("herald stopped");
     Ok(())
 }

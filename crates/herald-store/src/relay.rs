@@ -1,0 +1,122 @@
+//! The outbox side of the relay: claim due rows with `FOR UPDATE SKIP LOCKED` so several
+//! relays share the work, delete them once the broker acknowledged, and LISTEN for inserts.
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio_postgres::{AsyncMessage, NoTls};
+use uuid::Uuid;
+
+use crate::{Connection, Result, Store};
+
+/// The channel the `outbox_notify_after_insert` trigger notifies (migrations/V1).
+pub const OUTBOX_CHANNEL: &str = "herald_outbox";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    pub id: i64,
+    pub intent_id: Uuid,
+    pub trace_context: Option<String>,
+}
+
+/// One relay round: the claimed rows stay locked (invisible to other relays) until
+/// [`RelayTx::finish`] deletes them and commits, or the transaction is dropped.
+pub struct RelayTx<'a> {
+    tx: deadpool_postgres::Transaction<'a>,
+}
+
+impl<'a> RelayTx<'a> {
+    pub async fn begin(conn: &'a mut Connection) -> Result<Self> {
+        Ok(Self {
+            tx: conn.transaction().await?,
+        })
+    }
+
+    /// Up to `limit` due rows, oldest first, skipping rows another relay holds.
+    pub async fn claim_due(&self, limit: i64) -> Result<Vec<OutboxRow>> {
+        // outbox_available_at_idx (available_at, id)
+        let rows = self
+            .tx
+            .query(
+                "SELECT id, intent_id, trace_context FROM outbox
+                 WHERE available_at <= now()
+                 ORDER BY available_at, id
+                 LIMIT $1
+                 FOR UPDATE SKIP LOCKED",
+                &[&limit],
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| OutboxRow {
+                id: r.get(0),
+                intent_id: r.get(1),
+                trace_context: r.get(2),
+            })
+            .collect())
+    }
+
+    /// Deletes the published rows and commits.
+    ///
+    /// Failure policy: call only after the broker acknowledged every row. A crash before
+    /// the commit leaves the rows in place (the locks die with the session) and another
+    /// round publishes them again: a duplicate on the topic, which delivery absorbs through
+    /// the intent's state and lease. Nothing is ever deleted unpublished.
+    pub async fn finish(self, published: &[i64]) -> Result<()> {
+        if !published.is_empty() {
+            // outbox_pkey
+            self.tx
+                .execute("DELETE FROM outbox WHERE id = ANY($1::int8[])", &[&published])
+                .await?;
+        }
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Rows waiting in the outbox, and the age in seconds of the oldest due one.
+    pub async fn outbox_backlog(&self) -> Result<(i64, f64)> {
+        let row = self
+            .conn()
+            .await?
+            .query_one(
+                "SELECT count(*), coalesce(extract(epoch FROM now() - min(available_at)) FILTER (WHERE available_at <= now()), 0)::float8
+                 FROM outbox",
+                &[],
+            )
+            .await?;
+        Ok((row.get(0), row.get(1)))
+    }
+
+    /// LISTENs on the outbox channel over a dedicated connection. The listener's receiver
+    /// yields one unit per notification and closes when the connection is lost: the relay
+    /// then falls back to its poll interval and listens again.
+    pub async fn listen_outbox(&self) -> Result<OutboxListener> {
+        let (client, mut connection) = self.pg_config().connect(NoTls).await?;
+        let (tx, rx) = mpsc::channel(1);
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        tokio::spawn(async move {
+            while let Some(msg) = messages.next().await {
+                match msg {
+                    Ok(AsyncMessage::Notification(_)) => {
+                        // A full channel already holds a wake-up: dropping this one is fine.
+                        let _ = tx.try_send(());
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "outbox LISTEN connection lost; polling until it is back");
+                        break;
+                    }
+                }
+            }
+        });
+        client.batch_execute(&format!("LISTEN {OUTBOX_CHANNEL}")).await?;
+        Ok(OutboxListener { _client: client, rx })
+    }
+}
+
+/// Wake-ups from `LISTEN herald_outbox`. Dropping it closes the connection.
+pub struct OutboxListener {
+    _client: tokio_postgres::Client,
+    pub rx: mpsc::Receiver<()>,
+}

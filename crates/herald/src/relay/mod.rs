@@ -1,0 +1,105 @@
+//! The relay role: publishes due outbox rows to `herald.deliveries` and deletes them once
+//! the broker acknowledged. Woken by `LISTEN herald_outbox`, with a poll interval as the
+//! fallback (and for rows that become due later, such as scheduled retries). Several relays
+//! may run at once: `FOR UPDATE SKIP LOCKED` gives each its own rows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_kafka::{DeliveryMessage, DeliveryPublisher};
+use herald_store::relay::{OutboxListener, RelayTx};
+use herald_store::Store;
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::shutdown::Shutdown;
+
+pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let publisher = DeliveryPublisher::new(
+        &config.kafka_settings(),
+        &config.topic(&config.kafka.topics.deliveries),
+    )?;
+    let batch = config.relay.batch_size;
+    let poll = Duration::from_millis(config.relay.poll_interval_ms);
+    let max_backoff = Duration::from_millis(config.relay.retry_backoff_max_ms);
+    let mut listener: Option<OutboxListener> = None;
+    let mut backoff = Duration::from_millis(100);
+    let mut published_total = 0u64;
+    info!(topic = publisher.topic(), batch, "relay publishing");
+    loop {
+        if shutdown.is_requested() {
+            break;
+        }
+        if listener.is_none() {
+            match store.listen_outbox().await {
+                Ok(l) => listener = Some(l),
+                Err(e) => warn!(error = %e, "cannot LISTEN for outbox inserts; polling"),
+            }
+        }
+        match round(&store, &publisher, batch).await {
+            Ok(n) => {
+                backoff = Duration::from_millis(100);
+                published_total += n as u64;
+                if n as i64 == batch {
+                    continue; // more may be due right now
+                }
+            }
+            Err(e) => {
+                warn!(error = %format!("{e:#}"), retry_in_ms = backoff.as_millis() as u64, "relay round failed");
+                tokio::select! {
+                    _ = shutdown.requested() => break,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(max_backoff);
+                continue;
+            }
+        }
+        let woken = async {
+            match listener.as_mut() {
+                Some(l) => l.rx.recv().await.is_some(),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.requested() => break,
+            alive = woken => if !alive { listener = None },
+            _ = tokio::time::sleep(poll) => {}
+        }
+    }
+    info!(published_total, "relay stopped");
+    Ok(())
+}
+
+/// Publishes up to `batch` due rows; returns how many were claimed.
+#[tracing::instrument(skip_all)]
+async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64) -> anyhow::Result<usize> {
+    let mut conn = store.conn().await?;
+    let tx = RelayTx::begin(&mut conn).await?;
+    let rows = tx.claim_due(batch).await?;
+    if rows.is_empty() {
+        tx.finish(&[]).await?;
+        return Ok(0);
+    }
+    let ids: Vec<String> = rows.iter().map(|r| r.intent_id.to_string()).collect();
+    let messages: Vec<DeliveryMessage<'_>> = rows
+        .iter()
+        .zip(&ids)
+        .map(|(r, id)| DeliveryMessage {
+            intent_id: id,
+            trace_context: r.trace_context.as_deref(),
+        })
+        .collect();
+    let acked = publisher.publish_all(&messages).await;
+    let published: Vec<i64> = rows
+        .iter()
+        .zip(&acked)
+        .filter(|(_, ok)| **ok)
+        .map(|(r, _)| r.id)
+        .collect();
+    // Failure policy: a crash here, after the broker acknowledged and before the delete
+    // commits, leaves the rows to be published again: a duplicate message, never a loss.
+    fail::fail_point!("relay-after-publish");
+    tx.finish(&published).await?;
+    debug!(claimed = rows.len(), published = published.len(), "relay round");
+    Ok(rows.len())
+}

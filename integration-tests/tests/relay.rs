@@ -1,0 +1,185 @@
+//! The relay, end to end: every outbox row reaches `herald.deliveries` keyed by its intent
+//! id, rows are deleted only after the broker acknowledged, and a crash between the two
+//! republishes rather than loses.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::Result;
+use integration_tests::kafka::{produce, producer, read_all, Record};
+use integration_tests::samples::{opted_in_seller, order_event};
+use integration_tests::{wait_for, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(60);
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// Seeds one opted-in seller and `orders` order events (the first with a traceparent), and
+/// waits until ingest created both channels' intents and outbox rows.
+async fn seed_orders(env: &TestEnv, orders: usize) -> Result<()> {
+    let p = producer()?;
+    let seller = opted_in_seller("acme", "seller-1", "en");
+    produce(
+        &p,
+        &env.topic("seller-profiles"),
+        Some(&seller.key()),
+        Some(&seller.value()),
+        &[],
+    )
+    .await?;
+    env.wait_count("seller stored", "SELECT count(*) FROM sellers", 1, WAIT)
+        .await?;
+    for n in 0..orders {
+        let value = order_event(
+            &format!("evt-{n}"),
+            "order.created",
+            "acme",
+            &format!("{n}"),
+            "seller-1",
+            "1.00",
+        );
+        let headers: &[(&str, &str)] = if n == 0 {
+            &[("traceparent", TRACEPARENT)]
+        } else {
+            &[]
+        };
+        produce(
+            &p,
+            &env.topic("order-events"),
+            Some(format!("{n}").as_bytes()),
+            Some(&value),
+            headers,
+        )
+        .await?;
+    }
+    let intents = (orders * 2) as i64;
+    env.wait_count(
+        "intents created",
+        "SELECT count(*) FROM notification_intents",
+        intents,
+        WAIT,
+    )
+    .await
+}
+
+/// Intent id -> the messages on herald.deliveries carrying it.
+fn deliveries_by_intent(env: &TestEnv) -> Result<BTreeMap<String, Vec<Record>>> {
+    let mut by_intent: BTreeMap<String, Vec<Record>> = BTreeMap::new();
+    for r in read_all(&env.topic("herald.deliveries"))? {
+        let key = String::from_utf8(r.key.clone().unwrap_or_default())?;
+        by_intent.entry(key).or_default().push(r);
+    }
+    Ok(by_intent)
+}
+
+async fn pending_intent_ids(env: &TestEnv) -> Result<BTreeSet<String>> {
+    Ok(env
+        .db
+        .query(
+            "SELECT id::text FROM notification_intents WHERE state = 'pending'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_publish_every_outbox_row_keyed_by_intent_and_delete_it() -> Result<()> {
+    let env = TestEnv::new("relay", "").await?;
+    let _ingest = env.spawn_ingest("ingest", &[])?;
+    seed_orders(&env, 60).await?;
+    let mut r1 = env.spawn_roles("relay", "relay-1", &[("HERALD_RELAY__BATCH_SIZE", "16")])?;
+    let mut r2 = env.spawn_roles("relay", "relay-2", &[("HERALD_RELAY__BATCH_SIZE", "16")])?;
+    env.wait_count("outbox drained", "SELECT count(*) FROM outbox", 0, WAIT)
+        .await?;
+
+    let expected = pending_intent_ids(&env).await?;
+    assert_eq!(expected.len(), 120);
+    let published = deliveries_by_intent(&env)?;
+    let keys: BTreeSet<String> = published.keys().cloned().collect();
+    assert_eq!(
+        keys, expected,
+        "every intent published, keyed by its id, nothing else"
+    );
+    for (id, records) in &published {
+        for r in records {
+            assert_eq!(r.value.as_deref(), Some(id.as_bytes()), "value is the intent id");
+        }
+    }
+    // The order event's trace context travels through the outbox into the headers.
+    let traced: Vec<String> = env
+        .db
+        .query(
+            "SELECT id::text FROM notification_intents WHERE trace_context = $1",
+            &[&TRACEPARENT],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(traced.len(), 2);
+    for id in &traced {
+        assert_eq!(
+            published[id][0].headers.get("traceparent").map(String::as_str),
+            Some(TRACEPARENT)
+        );
+    }
+
+    // Woken by LISTEN/NOTIFY: a new order is relayed while both relays idle.
+    let p = producer()?;
+    let value = order_event("evt-late", "order.created", "acme", "late", "seller-1", "1.00");
+    produce(&p, &env.topic("order-events"), Some(b"late"), Some(&value), &[]).await?;
+    wait_for("late order relayed", WAIT, || async {
+        let n = env
+            .count("SELECT count(*) FROM notification_intents WHERE order_id = 'late'")
+            .await?;
+        let left = env.count("SELECT count(*) FROM outbox").await?;
+        Ok((n == 2 && left == 0).then_some(()))
+    })
+    .await?;
+    assert!(r1.terminate(WAIT).await?.success());
+    assert!(r2.terminate(WAIT).await?.success());
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_killed_after_publish_before_delete_republishes_and_loses_nothing() -> Result<()> {
+    let env = TestEnv::new("relaycrash", "").await?;
+    let _ingest = env.spawn_ingest("ingest", &[])?;
+    seed_orders(&env, 10).await?;
+    let mut crashing = env.spawn_roles(
+        "relay",
+        "relay-1",
+        &[
+            ("FAILPOINTS", "relay-after-publish=sleep(600000)"),
+            ("HERALD_RELAY__BATCH_SIZE", "8"),
+        ],
+    )?;
+    // The first round's 8 messages are acknowledged; the process hangs before the delete.
+    wait_for("first round published", WAIT, || async {
+        Ok((deliveries_by_intent(&env)?.len() >= 8).then_some(()))
+    })
+    .await?;
+    crashing.kill()?;
+    assert_eq!(
+        env.count("SELECT count(*) FROM outbox").await?,
+        20,
+        "nothing deleted before the commit"
+    );
+
+    let _relay = env.spawn_roles("relay", "relay-2", &[])?;
+    env.wait_count("outbox drained", "SELECT count(*) FROM outbox", 0, WAIT)
+        .await?;
+    let published = deliveries_by_intent(&env)?;
+    let keys: BTreeSet<String> = published.keys().cloned().collect();
+    assert_eq!(keys, pending_intent_ids(&env).await?, "no intent lost");
+    let twice = published.values().filter(|r| r.len() == 2).count();
+    assert_eq!(
+        twice, 8,
+        "the crashed round's messages were published again, the rest once"
+    );
+    env.cleanup().await;
+    Ok(())
+}
