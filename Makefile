@@ -12,7 +12,7 @@ HERALD       := target/debug/herald
 LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 
-.PHONY: help deps build lint fmt-check clippy unit-test integration-test test demo \
+.PHONY: help deps build lint fmt-check clippy test-all test demo \
         stack-up stack-down stack-status migrate topics templates run ingest-rate
 
 help:
@@ -39,15 +39,13 @@ clippy: deps
 
 lint: fmt-check clippy
 
-unit-test: deps
-	@echo "test: unit tests"
-	@$(CARGO) test --workspace --exclude integration-tests $(FEATURES)
+# One cargo invocation for unit and integration tests: one feature set, one build. The
+# integration tests (and herald-channels' moto tests) need the local stack.
+test-all: build stack-up
+	@echo "test: unit tests, and integration tests against the local stack"
+	@HERALD_BIN=$(CURDIR)/$(HERALD) $(CARGO) test --workspace --no-fail-fast $(FEATURES) -- --test-threads=4
 
-integration-test: build stack-up
-	@echo "test: integration tests against the local stack"
-	@HERALD_BIN=$(CURDIR)/$(HERALD) $(CARGO) test -p integration-tests -- --test-threads=4
-
-test: fmt-check clippy unit-test integration-test
+test: fmt-check clippy test-all
 
 stack-up:
 	@$(LOCAL)/stack.sh up

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: runs `herald run --roles ingest` on the local stack in the background,
+# `make demo`: runs `herald run --roles ingest,relay,deliver` on the local stack in the background,
 # drives it with target/debug/herald-demo (sample sellers and orders), prints the
 # resulting intents, then stops herald with SIGTERM (it drains and exits 0).
 # Usage: demo.sh HERALD_BIN CONFIG_FILE
@@ -13,8 +13,8 @@ demo_bin="$(dirname "$bin")/herald-demo"
 mkdir -p "$HERALD_LOCAL_DIR/demo"
 log="$HERALD_LOCAL_DIR/demo/herald.log"
 
-say "starting herald run --roles ingest (log: $log)"
-"$bin" --config "$config" run --roles ingest </dev/null >"$log" 2>&1 &
+say "starting herald run --roles ingest,relay,deliver (log: $log)"
+"$bin" --config "$config" run --roles ingest,relay,deliver </dev/null >"$log" 2>&1 &
 herald_pid=$!
 stop_herald() {
   if kill -0 "$herald_pid" 2>/dev/null; then

@@ -14,6 +14,10 @@ MOTO_LOG="$MOTO_DIR/moto.log"
 MOTO_PID="$MOTO_DIR/moto.pid"
 START_TIMEOUT=60
 STOP_TIMEOUT=15
+# Sender domains of config/local.toml ([email] sender notifications@herald.example, override
+# orders@acme.example), registered as SES v2 identities so that sending from them is accepted.
+MOTO_REGION=us-east-1
+SES_IDENTITIES=(herald.example acme.example)
 
 moto_pid() { live_pid "$MOTO_PID" "$MOTO_VENV/bin/moto_server" "-p $MOTO_PORT"; }
 
@@ -67,10 +71,32 @@ except Exception:
 EOF
 }
 
+# moto keeps its state in memory: register the identities on every start (idempotent: an
+# identity already there is left alone). boto3 comes with moto.
+register_identities() {
+  if ! "$MOTO_VENV/bin/python" - "$MOTO_PORT" "$MOTO_REGION" "${SES_IDENTITIES[@]}" >>"$MOTO_LOG" 2>&1 <<'EOF'
+import sys
+import boto3
+port, region, wanted = sys.argv[1], sys.argv[2], sys.argv[3:]
+ses = boto3.client("sesv2", endpoint_url="http://127.0.0.1:%s" % port, region_name=region,
+                   aws_access_key_id="testing", aws_secret_access_key="testing")
+have = {i["IdentityName"] for i in ses.list_email_identities(PageSize=1000)["EmailIdentities"]}
+for identity in wanted:
+    if identity not in have:
+        ses.create_email_identity(EmailIdentity=identity)
+EOF
+  then
+    tail_log "$MOTO_LOG"
+    die "could not register the SES identities ${SES_IDENTITIES[*]}"
+  fi
+  say "SES identities registered in $MOTO_REGION: ${SES_IDENTITIES[*]}"
+}
+
 do_start() {
   local pid
   if pid="$(moto_pid)"; then
     say "already running (pid $pid, port $MOTO_PORT)"
+    register_identities
     return 0
   fi
   is_installed || do_install
@@ -96,6 +122,7 @@ do_start() {
     sleep 0.25
   done
   say "ready in $(( $(now_s) - t0 ))s (pid $pid, port $MOTO_PORT)"
+  register_identities
 }
 
 do_stop() {

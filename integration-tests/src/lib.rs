@@ -6,8 +6,11 @@
 //! Tests assert what a user would check: rows in PostgreSQL, messages on the dead-letter
 //! topic, committed offsets. They wait for conditions with a deadline, never sleep and hope.
 
+pub mod http;
 pub mod kafka;
+pub mod moto;
 pub mod samples;
+pub mod toxiproxy;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -68,6 +71,23 @@ where
     }
 }
 
+/// Variations of the generated configuration.
+pub struct EnvOptions {
+    /// Where herald sends SES/SNS calls (moto, or a fault proxy in front of it).
+    pub aws_endpoint: Option<String>,
+    /// "hold" or "retry".
+    pub on_unknown: &'static str,
+}
+
+impl Default for EnvOptions {
+    fn default() -> Self {
+        Self {
+            aws_endpoint: None,
+            on_unknown: "hold",
+        }
+    }
+}
+
 /// One test's isolated world: a fresh database, a topic prefix, a config file.
 pub struct TestEnv {
     pub name: String,
@@ -83,6 +103,14 @@ impl TestEnv {
     /// Creates the database and topics, migrates, and publishes the sample templates.
     /// `extra_toml` is appended to the generated configuration.
     pub async fn new(name: &str, extra_toml: &str) -> Result<Self> {
+        Self::with_options(name, extra_toml, EnvOptions::default()).await
+    }
+
+    pub async fn with_options(name: &str, extra_toml: &str, options: EnvOptions) -> Result<Self> {
+        let aws_endpoint = options
+            .aws_endpoint
+            .unwrap_or_else(|| format!("http://{}", moto::MOTO));
+        let on_unknown = options.on_unknown;
         let unique = format!("{}_{}", name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let database = format!("herald_it_{unique}");
         let prefix = format!("it-{}-", unique.replace('_', "-"));
@@ -120,6 +148,35 @@ dead_letter = 1
 batch_max_messages = 200
 batch_linger_ms = 20
 max_message_bytes = 8192
+
+[relay]
+poll_interval_ms = 200
+
+[aws]
+region = "us-east-1"
+endpoint_url = "{aws_endpoint}"
+access_key_id = "testing"
+secret_access_key = "testing"
+connect_timeout_ms = 500
+attempt_timeout_ms = 2000
+
+[delivery]
+lease_secs = 10
+sweep_interval_ms = 500
+drain_timeout_ms = 5000
+
+[channels.email]
+sender = "notifications@herald.example"
+base_backoff_ms = 200
+max_backoff_ms = 1000
+on_unknown = "{on_unknown}"
+rate_per_second = 200
+
+[channels.sms]
+base_backoff_ms = 200
+max_backoff_ms = 1000
+on_unknown = "{on_unknown}"
+rate_per_second = 200
 
 [[routes]]
 event_kind = "order.created"
@@ -339,4 +396,45 @@ impl Drop for HeraldProcess {
     fn drop(&mut self) {
         let _ = self.kill();
     }
+}
+
+/// Produces `seller` as `acme:seller-1`, waits until it is stored, then produces one
+/// `order.created` event per order id (needs an ingest role running).
+pub async fn seed_orders(env: &TestEnv, seller: &samples::UniqueSeller, orders: &[&str]) -> Result<()> {
+    let p = kafka::producer()?;
+    let profile = seller.profile("seller-1");
+    kafka::produce(
+        &p,
+        &env.topic("seller-profiles"),
+        Some(&profile.key()),
+        Some(&profile.value()),
+        &[],
+    )
+    .await?;
+    env.wait_count(
+        "seller stored",
+        "SELECT count(*) FROM sellers",
+        1,
+        Duration::from_secs(60),
+    )
+    .await?;
+    for order in orders {
+        let value = samples::order_event(
+            &format!("evt-{order}"),
+            "order.created",
+            "acme",
+            order,
+            "seller-1",
+            "12.00",
+        );
+        kafka::produce(
+            &p,
+            &env.topic("order-events"),
+            Some(order.as_bytes()),
+            Some(&value),
+            &[],
+        )
+        .await?;
+    }
+    Ok(())
 }

@@ -69,3 +69,39 @@ pub fn opted_in_seller<'a>(marketplace: &'a str, seller_id: &'a str, locale: &'a
         version: 1,
     }
 }
+
+/// A seller with an address and phone number of its own, so that what moto received can
+/// be attributed to one test alone.
+pub struct UniqueSeller {
+    pub email: String,
+    pub phone: String,
+}
+
+impl Default for UniqueSeller {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl UniqueSeller {
+    pub fn new() -> Self {
+        let n = uuid::Uuid::new_v4().as_u128();
+        Self {
+            email: format!("s{:x}@seller.example", n >> 64),
+            phone: format!("+1555{:07}", n % 10_000_000),
+        }
+    }
+
+    pub fn profile<'a>(&'a self, seller_id: &'a str) -> Seller<'a> {
+        Seller {
+            marketplace: "acme",
+            seller_id,
+            email: Some(&self.email),
+            phone: Some(&self.phone),
+            locale: "en",
+            email_opt_in: true,
+            sms_opt_in: true,
+            version: 1,
+        }
+    }
+}

@@ -13,6 +13,7 @@ pub mod event;
 pub mod keys;
 pub mod payload;
 pub mod render;
+pub mod retry;
 pub mod seller;
 pub mod state;
 

@@ -10,7 +10,9 @@ pub mod client;
 pub mod consumer;
 pub mod dead_letter;
 pub mod deliveries;
+pub mod delivery_consumer;
 pub mod headers;
+pub mod tracker;
 
 pub use client::KafkaSettings;
 pub use consumer::{BatchConsumer, Position};

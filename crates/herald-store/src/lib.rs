@@ -5,6 +5,7 @@
 //! are mapped to domain errors here (a unique violation on a business key is an outcome,
 //! not a failure).
 
+pub mod delivery;
 pub mod ingest;
 pub mod inspect;
 pub mod migrate;
@@ -48,6 +49,10 @@ pub enum StoreError {
         locale: String,
         revision: String,
     },
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    InvalidState(String),
     #[error("stored value is corrupt: {0}")]
     Corrupt(String),
 }

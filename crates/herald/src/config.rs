@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
+use herald_core::consent::is_plausible_email;
+use herald_core::retry::{RetryPolicy, UnknownPolicy};
 use herald_core::Channel;
 use herald_kafka::admin::TopicSpec;
 use herald_kafka::KafkaSettings;
@@ -24,6 +26,9 @@ pub struct Config {
     pub kafka: KafkaConfig,
     pub ingest: IngestConfig,
     pub relay: RelayConfig,
+    pub delivery: DeliveryConfig,
+    pub aws: AwsConfig,
+    pub channels: ChannelsConfig,
     pub rendering: RenderingConfig,
     pub routes: Vec<Route>,
 }
@@ -187,6 +192,148 @@ impl Default for RelayConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
+pub struct DeliveryConfig {
+    /// Consumer group on herald.deliveries.
+    pub group_id: String,
+    /// Attempts in flight at once in this process (claims, sends and records together).
+    pub max_in_flight: usize,
+    /// Messages received and not yet completed per partition before it is paused.
+    pub max_outstanding_per_partition: usize,
+    /// Most claims (or records) grouped into one transaction.
+    pub db_batch_max: usize,
+    /// How long a claim or record batch waits for company.
+    pub db_batch_linger_ms: u64,
+    /// A claimed intent's lease. Must outlast a send (aws.attempt_timeout_ms) and its
+    /// record by a wide margin: an expired lease makes the attempt `unknown`.
+    pub lease_secs: u64,
+    /// How often expired leases (dead workers) are looked for.
+    pub sweep_interval_ms: u64,
+    /// On revoke and on SIGTERM: the longest wait for in-flight attempts to be recorded.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        Self {
+            group_id: "herald-delivery".into(),
+            max_in_flight: 256,
+            max_outstanding_per_partition: 512,
+            db_batch_max: 256,
+            db_batch_linger_ms: 5,
+            lease_secs: 60,
+            sweep_interval_ms: 5000,
+            drain_timeout_ms: 15_000,
+        }
+    }
+}
+
+/// The AWS clients. Unset values come from the standard chain (AWS_REGION,
+/// AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, profiles, instance roles).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AwsConfig {
+    pub region: Option<String>,
+    pub endpoint_url: Option<String>,
+    pub connect_timeout_ms: u64,
+    /// One attempt = one request: the SDK's retries are off; past this the outcome is
+    /// `unknown` (the request may have been received).
+    pub attempt_timeout_ms: u64,
+    /// Static credentials, for the local stack only; production uses the standard chain.
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<String>,
+}
+
+impl Default for AwsConfig {
+    fn default() -> Self {
+        Self {
+            region: None,
+            endpoint_url: None,
+            connect_timeout_ms: 2000,
+            attempt_timeout_ms: 10_000,
+            access_key_id: None,
+            secret_access_key: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelsConfig {
+    pub email: EmailChannelConfig,
+    pub sms: SmsChannelConfig,
+}
+
+/// Retry behaviour shared by both channels.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Attempts in all, the first included; then a retryable failure is `failed`.
+    pub max_attempts: u32,
+    pub base_backoff_ms: u64,
+    pub max_backoff_ms: u64,
+    /// "hold" (state unknown until `herald intent resolve`) or "retry".
+    pub on_unknown: UnknownPolicy,
+    /// Sends per second through this channel (SES MaxSendRate, SNS SMS TPS).
+    pub rate_per_second: u32,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            base_backoff_ms: 2000,
+            max_backoff_ms: 300_000,
+            on_unknown: UnknownPolicy::Hold,
+            rate_per_second: 14,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmailChannelConfig {
+    /// Default From address (a verified SES identity).
+    pub sender: String,
+    /// marketplace_id -> From address.
+    pub sender_overrides: BTreeMap<String, String>,
+    pub configuration_set: Option<String>,
+    #[serde(flatten)]
+    pub retry: RetryConfig,
+}
+
+impl Default for EmailChannelConfig {
+    fn default() -> Self {
+        Self {
+            sender: "notifications@herald.example".into(),
+            sender_overrides: BTreeMap::new(),
+            configuration_set: None,
+            retry: RetryConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SmsChannelConfig {
+    pub sender_id: Option<String>,
+    #[serde(flatten)]
+    pub retry: RetryConfig,
+}
+
+impl Default for SmsChannelConfig {
+    fn default() -> Self {
+        Self {
+            sender_id: None,
+            retry: RetryConfig {
+                rate_per_second: 20,
+                ..RetryConfig::default()
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct RenderingConfig {
     pub default_locale: String,
     pub sms_max_segments: u32,
@@ -211,7 +358,17 @@ pub struct Route {
 }
 
 /// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
-const SECTIONS: [&str; 6] = ["log", "database", "kafka", "ingest", "relay", "rendering"];
+const SECTIONS: [&str; 9] = [
+    "log",
+    "database",
+    "kafka",
+    "ingest",
+    "relay",
+    "delivery",
+    "aws",
+    "channels",
+    "rendering",
+];
 
 impl Config {
     /// Loads defaults < `path` < environment. A missing file is an error only when the
@@ -340,6 +497,66 @@ impl Config {
             10,
             600_000,
         )?;
+        let d = &self.delivery;
+        if d.group_id.trim().is_empty() {
+            bail!("delivery.group_id is empty");
+        }
+        range("delivery.max_in_flight", d.max_in_flight as u64, 1, 100_000)?;
+        range(
+            "delivery.max_outstanding_per_partition",
+            d.max_outstanding_per_partition as u64,
+            1,
+            1_000_000,
+        )?;
+        range("delivery.db_batch_max", d.db_batch_max as u64, 1, 10_000)?;
+        range("delivery.db_batch_linger_ms", d.db_batch_linger_ms, 0, 10_000)?;
+        range("delivery.sweep_interval_ms", d.sweep_interval_ms, 100, 3_600_000)?;
+        range("delivery.drain_timeout_ms", d.drain_timeout_ms, 0, 600_000)?;
+        range("aws.connect_timeout_ms", self.aws.connect_timeout_ms, 10, 600_000)?;
+        range("aws.attempt_timeout_ms", self.aws.attempt_timeout_ms, 10, 600_000)?;
+        if d.lease_secs * 1000 < 2 * self.aws.attempt_timeout_ms + 5000 {
+            bail!(
+                "delivery.lease_secs = {} is too short for aws.attempt_timeout_ms = {}: a lease must outlast \
+                 two attempt timeouts plus 5 s, or live attempts would be declared unknown",
+                d.lease_secs,
+                self.aws.attempt_timeout_ms
+            );
+        }
+        if !is_plausible_email(&self.channels.email.sender) {
+            bail!(
+                "channels.email.sender = {:?} is not an e-mail address",
+                self.channels.email.sender
+            );
+        }
+        for (m, a) in &self.channels.email.sender_overrides {
+            if !is_plausible_email(a) {
+                bail!("channels.email.sender_overrides.{m} = {a:?} is not an e-mail address");
+            }
+        }
+        for (name, r) in [
+            ("channels.email", &self.channels.email.retry),
+            ("channels.sms", &self.channels.sms.retry),
+        ] {
+            range(&format!("{name}.max_attempts"), r.max_attempts.into(), 1, 100)?;
+            range(
+                &format!("{name}.base_backoff_ms"),
+                r.base_backoff_ms,
+                1,
+                86_400_000,
+            )?;
+            range(
+                &format!("{name}.max_backoff_ms"),
+                r.max_backoff_ms,
+                r.base_backoff_ms,
+                86_400_000,
+            )?;
+            range(
+                &format!("{name}.rate_per_second"),
+                r.rate_per_second.into(),
+                1,
+                100_000,
+            )?;
+        }
         if self.rendering.default_locale.trim().is_empty() {
             bail!("rendering.default_locale is empty");
         }
@@ -414,6 +631,19 @@ impl Config {
             spec(&t.deliveries, p.deliveries, vec![]),
             spec(&t.dead_letter, p.dead_letter, vec![]),
         ]
+    }
+
+    pub fn retry_policy(&self, channel: Channel) -> RetryPolicy {
+        let r = match channel {
+            Channel::Email => &self.channels.email.retry,
+            Channel::Sms => &self.channels.sms.retry,
+        };
+        RetryPolicy {
+            max_attempts: r.max_attempts,
+            base_backoff: Duration::from_millis(r.base_backoff_ms),
+            max_backoff: Duration::from_millis(r.max_backoff_ms),
+            on_unknown: r.on_unknown,
+        }
     }
 
     pub fn route(&self, event_kind: &str) -> Option<&Route> {

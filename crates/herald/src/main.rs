@@ -10,6 +10,7 @@
 
 mod commands;
 mod config;
+mod deliver;
 mod ingest;
 mod relay;
 mod shutdown;

@@ -1,7 +1,8 @@
-//! `herald-demo`: the driver behind `make demo`. With `herald run` consuming on the local
-//! stack, it produces sample sellers and orders (duplicates, a conflicting re-emission, an
-//! unrouted kind, a poison message), waits until the ingest group has committed everything,
-//! and prints the resulting intents as a table.
+//! `herald-demo`: the driver behind `make demo`. With `herald run` (ingest, relay, deliver)
+//! on the local stack, it produces sample sellers and orders (duplicates, a conflicting
+//! re-emission, an unrouted kind, a poison message), waits until the ingest group has
+//! committed everything and every sendable intent reached moto, and prints each intent with
+//! its attempts and the provider's message ids.
 //!
 //! Order ids are fixed: running the demo again converges every event on the intents of
 //! the first run, which is the point of Herald.
@@ -188,12 +189,27 @@ async fn main() -> Result<()> {
     .await?;
     println!("demo: consumer group {GROUP} has committed every offset (lag 0)\n");
 
+    wait_for("every sendable intent delivered", Duration::from_secs(90), || async {
+        let n: i64 = db
+            .query_one(
+                "SELECT count(*) FROM notification_intents WHERE state IN ('pending', 'sending', 'retry_scheduled')",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok((n == 0).then_some(()))
+    })
+    .await
+    .context("intents still on their way; see .local/demo/herald.log")?;
+    println!("demo: every sendable intent reached a final state\n");
+
     let rows = db
         .query(
             "SELECT i.marketplace_id, i.order_id, i.event_kind, i.channel, i.state, i.consent, i.template_revision,
                     p.locale, coalesce(p.destination, '-'), left(i.payload_digest, 12),
                     (SELECT count(*) FROM intent_conflicts c WHERE c.intent_id = i.id),
-                    (SELECT count(*) FROM outbox o WHERE o.intent_id = i.id)
+                    coalesce((SELECT string_agg(a.attempt_no || ':' || a.outcome || coalesce(' ' || a.provider_message_id, ''), ', ' ORDER BY a.attempt_no)
+                              FROM notification_attempts a WHERE a.intent_id = i.id), '-')
              FROM notification_intents i JOIN notification_payloads p ON p.digest = i.payload_digest
              ORDER BY i.marketplace_id, i.order_id, i.event_kind, i.channel",
             &[],
@@ -211,7 +227,7 @@ async fn main() -> Result<()> {
         "destination",
         "payload",
         "conflicts",
-        "outbox",
+        "attempts (no:outcome provider-message-id)",
     ];
     println!(
         "{:<8} {:<6} {:<16} {:<6} {:<11} {:<20} {:<4} {:<6} {:<18} {:<13} {:<9} {}",
@@ -242,7 +258,7 @@ async fn main() -> Result<()> {
             mask(&r.get::<_, String>(8)),
             r.get::<_, String>(9),
             r.get::<_, i64>(10),
-            r.get::<_, i64>(11),
+            r.get::<_, String>(11),
         );
     }
     let dlq_after = read_all("herald.dead-letter")?.len();

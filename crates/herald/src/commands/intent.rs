@@ -1,5 +1,6 @@
 use clap::Subcommand;
 use herald_core::{BusinessKey, Channel};
+use herald_store::delivery::Resolution;
 use herald_store::Store;
 
 use crate::config::Config;
@@ -16,22 +17,86 @@ pub enum IntentCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Decide an intent whose last attempt's outcome is unknown: `accepted` (the seller
+    /// got it) or `retry` (send again; the attempt is flagged as following an unknown).
+    Resolve {
+        marketplace_id: String,
+        order_id: String,
+        event_kind: String,
+        channel: Channel,
+        #[arg(long = "as", value_enum)]
+        resolution: ResolveAs,
+        /// Why: stored with the resolution (a ticket, what the provider's logs showed).
+        #[arg(long)]
+        reason: String,
+        /// Who decided; defaults to $USER.
+        #[arg(long)]
+        operator: Option<String>,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ResolveAs {
+    Accepted,
+    Retry,
 }
 
 pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> {
-    let IntentCommand::Show {
-        marketplace_id,
-        order_id,
-        event_kind,
-        channel,
-        json,
-    } = command;
-    let key = BusinessKey {
-        marketplace_id,
-        order_id,
-        event_kind,
-        channel,
-    };
+    match command {
+        IntentCommand::Show {
+            marketplace_id,
+            order_id,
+            event_kind,
+            channel,
+            json,
+        } => {
+            let key = BusinessKey {
+                marketplace_id,
+                order_id,
+                event_kind,
+                channel,
+            };
+            show(config, key, json).await
+        }
+        IntentCommand::Resolve {
+            marketplace_id,
+            order_id,
+            event_kind,
+            channel,
+            resolution,
+            reason,
+            operator,
+        } => {
+            let key = BusinessKey {
+                marketplace_id,
+                order_id,
+                event_kind,
+                channel,
+            };
+            if reason.trim().is_empty() {
+                anyhow::bail!("--reason is empty: say why, it is stored with the resolution");
+            }
+            let operator = operator
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "unknown-operator".into());
+            let resolution = match resolution {
+                ResolveAs::Accepted => Resolution::Accepted,
+                ResolveAs::Retry => Resolution::Retry,
+            };
+            let store = Store::new(&config.store())?;
+            let id = store
+                .resolve_unknown(&key, resolution, reason.trim(), &operator)
+                .await?;
+            println!(
+                "intent {id} ({key}) resolved as {} by {operator}",
+                resolution.as_str()
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn show(config: &Config, key: BusinessKey, json: bool) -> anyhow::Result<()> {
     let store = Store::new(&config.store())?;
     let Some(v) = store.intent_view(&key).await? else {
         anyhow::bail!("no intent for {key}");

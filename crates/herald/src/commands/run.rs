@@ -9,8 +9,8 @@ use crate::shutdown::Shutdown;
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Comma-separated roles to run in this process: ingest, relay.
-    #[arg(long, value_delimiter = ',', default_value = "ingest,relay")]
+    /// Comma-separated roles to run in this process: ingest, relay, deliver.
+    #[arg(long, value_delimiter = ',', default_value = "ingest,relay,deliver")]
     roles: Vec<String>,
 }
 
@@ -18,6 +18,7 @@ pub struct RunArgs {
 enum Role {
     Ingest,
     Relay,
+    Deliver,
 }
 
 fn parse_roles(names: &[String]) -> anyhow::Result<Vec<Role>> {
@@ -26,8 +27,8 @@ fn parse_roles(names: &[String]) -> anyhow::Result<Vec<Role>> {
         let role = match name.trim() {
             "ingest" => Role::Ingest,
             "relay" => Role::Relay,
-            "deliver" => bail!("role \"deliver\" is not available in this build yet"),
-            other => bail!("unknown role {other:?}; available roles: ingest, relay"),
+            "deliver" => Role::Deliver,
+            other => bail!("unknown role {other:?}; available roles: ingest, relay, deliver"),
         };
         if !roles.contains(&role) {
             roles.push(role);
@@ -65,6 +66,7 @@ pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<()> {
         match role {
             Role::Ingest => tasks.spawn(crate::ingest::run(config, store, shutdown)),
             Role::Relay => tasks.spawn(crate::relay::run(config, store, shutdown)),
+            Role::Deliver => tasks.spawn(crate::deliver::run(config, store, shutdown)),
         };
     }
     while let Some(done) = tasks.join_next().await {

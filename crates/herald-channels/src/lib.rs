@@ -1,0 +1,24 @@
+//! Herald's providers: e-mail through AWS SES v2, SMS through AWS SNS, the classification of
+//! every provider result into accepted / rejected / retryable / unknown, and the per-channel
+//! send-rate limit.
+//!
+//! One [`SesSender::send`] or [`SnsSender::send`] call is one attempt: one request, SDK
+//! retries off. Whether and when to try again is the delivery worker's decision, taken from
+//! the [`Outcome`]; this crate never sleeps and retries on its own. It does not touch
+//! PostgreSQL or Kafka.
+
+mod classify;
+mod message;
+mod outcome;
+mod rate;
+mod ses;
+mod settings;
+mod sns;
+mod tags;
+
+pub use message::{EmailMessage, SmsMessage};
+pub use outcome::{ErrorCategory, Outcome};
+pub use rate::RateLimiter;
+pub use ses::{IdentityError, SesSender};
+pub use settings::{AwsSettings, StaticCredentials};
+pub use sns::SnsSender;

@@ -1,0 +1,173 @@
+//! What happens to an intent after an attempt: the next state, and for a retry, when.
+//!
+//! Exponential backoff with full jitter, capped, up to `max_attempts`; `unknown` follows
+//! the channel's policy (`hold` for an operator, or `retry` with the next attempt flagged).
+//! Deterministic given the jitter sample, so every row of the table is unit-tested.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::state::{AttemptOutcome, IntentState};
+
+/// What to do with an intent whose attempt's outcome could not be observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownPolicy {
+    /// Intent state `unknown` until an operator runs `herald intent resolve`.
+    Hold,
+    /// Schedule another attempt, flagged as following an unknown outcome: the seller may
+    /// receive the message twice, and the ledger says why.
+    Retry,
+}
+
+impl UnknownPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnknownPolicy::Hold => "hold",
+            UnknownPolicy::Retry => "retry",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included. After the last, a retryable failure is `failed`.
+    pub max_attempts: u32,
+    pub base_backoff: Duration,
+    pub max_backoff: Duration,
+    pub on_unknown: UnknownPolicy,
+}
+
+/// The intent's next state after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NextState {
+    Accepted,
+    Rejected,
+    /// Due again after this delay (a new outbox row becomes due then).
+    RetryAfter(Duration),
+    Failed,
+    /// `unknown`, held for an operator.
+    HoldUnknown,
+}
+
+impl NextState {
+    pub fn state(self) -> IntentState {
+        match self {
+            NextState::Accepted => IntentState::Accepted,
+            NextState::Rejected => IntentState::Rejected,
+            NextState::RetryAfter(_) => IntentState::RetryScheduled,
+            NextState::Failed => IntentState::Failed,
+            NextState::HoldUnknown => IntentState::Unknown,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// Backoff before attempt `attempt_no + 1`: a uniform sample (`jitter` in [0, 1)) of
+    /// `min(max, base * 2^(attempt_no - 1))` ("full jitter"), never below 10% of it.
+    pub fn backoff(&self, attempt_no: u32, jitter: f64) -> Duration {
+        let exp = attempt_no.saturating_sub(1).min(30);
+        let ceiling = self
+            .base_backoff
+            .saturating_mul(1u32 << exp)
+            .min(self.max_backoff);
+        ceiling.mul_f64(0.1 + 0.9 * jitter.clamp(0.0, 1.0))
+    }
+
+    /// The next state after attempt `attempt_no` ended with `outcome`.
+    pub fn next(&self, outcome: AttemptOutcome, attempt_no: u32, jitter: f64) -> NextState {
+        let retry = || {
+            if attempt_no >= self.max_attempts {
+                NextState::Failed
+            } else {
+                NextState::RetryAfter(self.backoff(attempt_no, jitter))
+            }
+        };
+        match outcome {
+            AttemptOutcome::Accepted => NextState::Accepted,
+            AttemptOutcome::Rejected => NextState::Rejected,
+            AttemptOutcome::Retryable => retry(),
+            // Out of attempts after an unknown outcome, the honest state is still `unknown`
+            // (the message may have arrived), not `failed`: an operator decides.
+            AttemptOutcome::Unknown => match self.on_unknown {
+                UnknownPolicy::Retry if attempt_no < self.max_attempts => retry(),
+                _ => NextState::HoldUnknown,
+            },
+            // An attempt is never recorded as `started` twice; treat it as unknown.
+            AttemptOutcome::Started => NextState::HoldUnknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(on_unknown: UnknownPolicy) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 4,
+            base_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(5),
+            on_unknown,
+        }
+    }
+
+    #[test]
+    fn accepted_and_rejected_are_final() {
+        let p = policy(UnknownPolicy::Retry);
+        assert_eq!(p.next(AttemptOutcome::Accepted, 1, 0.5), NextState::Accepted);
+        assert_eq!(p.next(AttemptOutcome::Rejected, 1, 0.5), NextState::Rejected);
+    }
+
+    #[test]
+    fn retryable_backs_off_then_fails_after_max_attempts() {
+        let p = policy(UnknownPolicy::Hold);
+        assert_eq!(
+            p.next(AttemptOutcome::Retryable, 1, 1.0),
+            NextState::RetryAfter(Duration::from_secs(1))
+        );
+        assert_eq!(
+            p.next(AttemptOutcome::Retryable, 2, 1.0),
+            NextState::RetryAfter(Duration::from_secs(2))
+        );
+        assert_eq!(
+            p.next(AttemptOutcome::Retryable, 3, 1.0),
+            NextState::RetryAfter(Duration::from_secs(4))
+        );
+        assert_eq!(p.next(AttemptOutcome::Retryable, 4, 1.0), NextState::Failed);
+    }
+
+    #[test]
+    fn backoff_is_capped_and_jittered() {
+        let p = policy(UnknownPolicy::Hold);
+        assert_eq!(p.backoff(10, 1.0), Duration::from_secs(5));
+        assert_eq!(p.backoff(10, 0.0), Duration::from_millis(500));
+        assert!(p.backoff(3, 0.5) < p.backoff(3, 0.9));
+    }
+
+    #[test]
+    fn unknown_follows_the_channel_policy() {
+        assert_eq!(
+            policy(UnknownPolicy::Hold).next(AttemptOutcome::Unknown, 1, 0.5),
+            NextState::HoldUnknown
+        );
+        assert!(matches!(
+            policy(UnknownPolicy::Retry).next(AttemptOutcome::Unknown, 1, 0.5),
+            NextState::RetryAfter(_)
+        ));
+        assert_eq!(
+            policy(UnknownPolicy::Retry).next(AttemptOutcome::Unknown, 4, 0.5),
+            NextState::HoldUnknown
+        );
+    }
+
+    #[test]
+    fn next_state_maps_to_intent_states() {
+        assert_eq!(NextState::HoldUnknown.state(), IntentState::Unknown);
+        assert_eq!(
+            NextState::RetryAfter(Duration::ZERO).state(),
+            IntentState::RetryScheduled
+        );
+    }
+}

@@ -1,0 +1,373 @@
+//! The delivery group's consumer: many attempts in flight per partition, offsets stored
+//! only up to the contiguous completed prefix, partitions paused (never buffered without
+//! bound) when the outstanding window is full, and revocations that wait (bounded) for the
+//! attempts in flight on the revoked partitions.
+//!
+//! librdkafka runs rebalance callbacks inside `poll`, and the revoke callback here blocks
+//! until in-flight attempts are recorded; so the poll loop runs on its own OS thread
+//! (blocking there is allowed) and hands messages to the async side through a bounded
+//! channel. The async side reports back through [`DeliveryHandle`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::message::Headers;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::headers::TRACEPARENT;
+use crate::tracker::PartitionTracker;
+use crate::{KafkaSettings, Result};
+
+/// Flow-control limits of the delivery consumer.
+#[derive(Debug, Clone)]
+pub struct FlowLimits {
+    /// Messages received and not yet completed, all partitions together. Above it every
+    /// partition is paused; below three quarters of it they resume.
+    pub max_outstanding: usize,
+    /// The same, per partition.
+    pub max_outstanding_per_partition: usize,
+    /// How long a revocation (or shutdown) waits for in-flight attempts to be recorded.
+    pub drain_timeout: Duration,
+}
+
+/// One message of `herald.deliveries` to work on.
+#[derive(Debug, Clone)]
+pub struct Work {
+    pub partition: i32,
+    pub offset: i64,
+    /// The partition's assignment generation when the message was received.
+    pub generation: u64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Option<Vec<u8>>,
+    pub traceparent: Option<String>,
+}
+
+struct PartitionEntry {
+    generation: u64,
+    tracker: PartitionTracker,
+    revoking: bool,
+    paused: bool,
+}
+
+#[derive(Default)]
+struct State {
+    partitions: HashMap<i32, PartitionEntry>,
+    next_generation: u64,
+    total_outstanding: usize,
+}
+
+struct Shared {
+    topic: String,
+    group: String,
+    limits: FlowLimits,
+    state: Mutex<State>,
+    /// Notified whenever an attempt completes.
+    completed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain counters behind; keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+pub struct DeliveryContext {
+    shared: Arc<Shared>,
+}
+
+impl ClientContext for DeliveryContext {}
+
+impl ConsumerContext for DeliveryContext {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+            self.drain(&partitions);
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let mut st = self.shared.lock();
+                let mut assigned = Vec::new();
+                for e in tpl.elements() {
+                    st.next_generation += 1;
+                    let generation = st.next_generation;
+                    st.partitions.insert(
+                        e.partition(),
+                        PartitionEntry {
+                            generation,
+                            tracker: PartitionTracker::default(),
+                            revoking: false,
+                            paused: false,
+                        },
+                    );
+                    assigned.push(e.partition());
+                }
+                info!(group = %self.shared.group, topic = %self.shared.topic, partitions = ?assigned, "delivery partitions assigned");
+            }
+            Rebalance::Revoke(tpl) => {
+                let revoked: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+                info!(group = %self.shared.group, topic = %self.shared.topic, partitions = ?revoked, "delivery partitions revoked");
+            }
+            Rebalance::Error(e) => warn!(group = %self.shared.group, error = %e, "rebalance error"),
+        }
+    }
+}
+
+impl DeliveryContext {
+    /// Stops new work on `partitions`, waits (bounded) for their in-flight attempts, then
+    /// forgets them. Their completed offsets were stored as they completed; librdkafka
+    /// commits stored offsets when it unassigns. Queued messages never started stay
+    /// uncommitted and go to the next owner.
+    fn drain(&self, partitions: &[i32]) {
+        let deadline = Instant::now() + self.shared.limits.drain_timeout;
+        let mut st = self.shared.lock();
+        for p in partitions {
+            if let Some(e) = st.partitions.get_mut(p) {
+                e.revoking = true;
+            }
+        }
+        loop {
+            let busy: usize = partitions
+                .iter()
+                .filter_map(|p| st.partitions.get(p))
+                .map(|e| e.tracker.in_flight())
+                .sum();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if busy == 0 || left.is_zero() {
+                if busy > 0 {
+                    warn!(group = %self.shared.group, in_flight = busy, partitions = ?partitions,
+                          "drain timed out: those attempts' messages will be redelivered and find their leases");
+                }
+                break;
+            }
+            st = self
+                .shared
+                .completed
+                .wait_timeout(st, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        for p in partitions {
+            if let Some(e) = st.partitions.remove(p) {
+                st.total_outstanding -= e.tracker.outstanding();
+            }
+        }
+    }
+}
+
+type Client = BaseConsumer<DeliveryContext>;
+
+/// The async side's handle: start and complete work, in the consumer's bookkeeping.
+#[derive(Clone)]
+pub struct DeliveryHandle {
+    shared: Arc<Shared>,
+    consumer: Arc<Client>,
+}
+
+impl DeliveryHandle {
+    /// Counts the work as in flight, unless its partition is being revoked or was
+    /// reassigned since (then the work must be dropped: it belongs to the next owner).
+    pub fn try_start(&self, w: &Work) -> bool {
+        let mut st = self.shared.lock();
+        match st.partitions.get_mut(&w.partition) {
+            Some(e) if e.generation == w.generation && !e.revoking => {
+                e.tracker.started();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks the work done (its attempt recorded, or skipped) and stores the next offset
+    /// when the contiguous completed prefix advanced. `started` says whether
+    /// [`DeliveryHandle::try_start`] had counted it in flight.
+    pub fn complete(&self, w: &Work, started: bool) {
+        let mut st = self.shared.lock();
+        let Some(e) = st.partitions.get_mut(&w.partition) else {
+            return; // revoked meanwhile: the next owner replays it
+        };
+        if e.generation != w.generation {
+            return;
+        }
+        let before = e.tracker.outstanding();
+        let store = e.tracker.completed(w.offset, started);
+        let removed = before - e.tracker.outstanding();
+        st.total_outstanding -= removed;
+        if let Some(next) = store {
+            let mut tpl = TopicPartitionList::new();
+            let stored = tpl
+                .add_partition_offset(&self.shared.topic, w.partition, Offset::Offset(next))
+                .and_then(|_| self.consumer.store_offsets(&tpl));
+            if let Err(err) = stored {
+                debug!(partition = w.partition, error = %err, "offset not stored (partition no longer assigned)");
+            }
+        }
+        drop(st);
+        self.shared.completed.notify_all();
+    }
+
+    /// (outstanding, in flight) over all partitions.
+    pub fn load(&self) -> (usize, usize) {
+        let st = self.shared.lock();
+        let in_flight = st.partitions.values().map(|e| e.tracker.in_flight()).sum();
+        (st.total_outstanding, in_flight)
+    }
+}
+
+pub struct DeliveryConsumer {
+    pub handle: DeliveryHandle,
+    pub work: mpsc::Receiver<Work>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DeliveryConsumer {
+    pub fn subscribe(settings: &KafkaSettings, group: &str, topic: &str, limits: FlowLimits) -> Result<Self> {
+        let shared = Arc::new(Shared {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            limits: limits.clone(),
+            state: Mutex::new(State::default()),
+            completed: Condvar::new(),
+        });
+        let mut config = settings.consumer(group);
+        // With many partitions and a small window, prefetch little: backpressure is
+        // pausing, not a deep local queue.
+        config.set("queued.max.messages.kbytes", "2048");
+        let consumer: Client = config.create_with_context(DeliveryContext {
+            shared: shared.clone(),
+        })?;
+        consumer.subscribe(&[topic])?;
+        let consumer = Arc::new(consumer);
+        let (tx, rx) = mpsc::channel(limits.max_outstanding.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let handle = DeliveryHandle {
+            shared: shared.clone(),
+            consumer: consumer.clone(),
+        };
+        let thread = {
+            let (stop, consumer) = (stop.clone(), consumer.clone());
+            std::thread::Builder::new()
+                .name("delivery-poll".into())
+                .spawn(move || poll_loop(consumer, shared, tx, stop))
+                .map_err(|e| crate::KafkaError::Topic {
+                    topic: topic.to_owned(),
+                    detail: format!("cannot start the poll thread: {e}"),
+                })?
+        };
+        Ok(Self {
+            handle,
+            work: rx,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops polling, commits the stored offsets and leaves the group (the revoke callback
+    /// drains what is still in flight, bounded). Call after the async side finished.
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.work.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn poll_loop(consumer: Arc<Client>, shared: Arc<Shared>, tx: mpsc::Sender<Work>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        flow_control(&consumer, &shared);
+        let msg = match consumer.poll(Duration::from_millis(100)) {
+            None => continue,
+            Some(Err(e)) => {
+                warn!(error = %e, "delivery consumer error");
+                continue;
+            }
+            Some(Ok(m)) => m,
+        };
+        let generation = {
+            let mut st = shared.lock();
+            let Some(e) = st.partitions.get_mut(&msg.partition()) else {
+                continue; // not (or no longer) ours
+            };
+            let g = e.generation;
+            e.tracker.received(msg.offset());
+            st.total_outstanding += 1;
+            g
+        };
+        let traceparent = msg.headers().and_then(|h| {
+            h.iter()
+                .find(|x| x.key == TRACEPARENT)
+                .and_then(|x| x.value)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(str::to_owned)
+        });
+        let work = Work {
+            partition: msg.partition(),
+            offset: msg.offset(),
+            generation,
+            key: msg.key().map(<[u8]>::to_vec),
+            payload: msg.payload().map(<[u8]>::to_vec),
+            traceparent,
+        };
+        drop(msg);
+        // The channel holds at most max_outstanding items and partitions pause before
+        // that, so this rarely waits; when it does, only polling is delayed.
+        if tx.blocking_send(work).is_err() {
+            break;
+        }
+    }
+    if let Err(e) = consumer.commit_consumer_state(rdkafka::consumer::CommitMode::Sync) {
+        debug!(error = %e, "final commit of stored offsets");
+    }
+    consumer.unsubscribe();
+    // Keep polling briefly so the revoke callback runs and the group is left cleanly.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until && !shared.lock().partitions.is_empty() {
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+}
+
+/// Pauses partitions whose window is full (or all, when the global window is), and
+/// resumes them below three quarters.
+fn flow_control(consumer: &Client, shared: &Shared) {
+    let limits = &shared.limits;
+    let mut st = shared.lock();
+    let global_full = st.total_outstanding >= limits.max_outstanding;
+    let global_low = st.total_outstanding <= limits.max_outstanding * 3 / 4;
+    let mut pause = TopicPartitionList::new();
+    let mut resume = TopicPartitionList::new();
+    for (p, e) in st.partitions.iter_mut() {
+        let n = e.tracker.outstanding();
+        let full = global_full || n >= limits.max_outstanding_per_partition;
+        let low = global_low && n <= limits.max_outstanding_per_partition * 3 / 4;
+        if !e.paused && full {
+            let _ = pause.add_partition(&shared.topic, *p);
+            e.paused = true;
+        } else if e.paused && low {
+            let _ = resume.add_partition(&shared.topic, *p);
+            e.paused = false;
+        }
+    }
+    drop(st);
+    if pause.count() > 0 {
+        debug!(partitions = pause.count(), "pausing: outstanding window full");
+        if let Err(e) = consumer.pause(&pause) {
+            warn!(error = %e, "pause failed");
+        }
+    }
+    if resume.count() > 0 {
+        if let Err(e) = consumer.resume(&resume) {
+            warn!(error = %e, "resume failed");
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! A minimal HTTP/1.0 client for the local stack's control APIs (moto, toxiproxy): enough
+//! for small JSON requests on loopback, without pulling an HTTP client crate into the build.
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Sends `method path` with an optional JSON body; returns (status, body as JSON or Null).
+pub async fn request(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value)> {
+    let mut s = TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr} (is the local stack up?)"))?;
+    let body = body.map(Value::to_string).unwrap_or_default();
+    s.write_all(
+        format!(
+            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response")?;
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no status in {head:?}"))?;
+    let json = if body.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(body).unwrap_or(Value::Null)
+    };
+    Ok((status, json))
+}

@@ -1,0 +1,45 @@
+//! What the moto server (the SES v2 / SNS stand-in of the local stack) received, read back
+//! through `GET /moto-api/data.json`: `ses.Message` entries (source, destinations, subject,
+//! body, id) and `sns.SMS` entries (phone_number, message, message_id).
+
+use anyhow::Result;
+use serde_json::Value;
+
+use crate::http::request;
+
+pub const MOTO: &str = "127.0.0.1:14566";
+
+async fn get(path: &str) -> Result<Value> {
+    let (status, body) = request(MOTO, "GET", path, None).await?;
+    anyhow::ensure!(status == 200, "moto answered {status} to GET {path}");
+    Ok(body)
+}
+
+/// The SES messages whose destinations include `address`.
+pub async fn emails_to(address: &str) -> Result<Vec<Value>> {
+    let data = get("/moto-api/data.json").await?;
+    Ok(entries(&data, "ses", "Message")
+        .into_iter()
+        .filter(|m| {
+            m.get("destinations")
+                .is_some_and(|d| d.to_string().contains(address))
+        })
+        .collect())
+}
+
+/// The SMS sent to `phone`.
+pub async fn sms_to(phone: &str) -> Result<Vec<Value>> {
+    let data = get("/moto-api/data.json").await?;
+    Ok(entries(&data, "sns", "SMS")
+        .into_iter()
+        .filter(|m| m.get("phone_number").and_then(Value::as_str) == Some(phone))
+        .collect())
+}
+
+fn entries(data: &Value, service: &str, model: &str) -> Vec<Value> {
+    data.get(service)
+        .and_then(|s| s.get(model))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
