@@ -13,7 +13,7 @@ LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 
 .PHONY: help deps build lint fmt-check clippy test-all test demo \
-        stack-up stack-down stack-status migrate topics templates run ingest-rate
+        stack-up stack-down stack-status migrate topics templates run ingest-rate delivery-rate
 
 help:
 	@echo "make demo          bring the local stack up and run Herald on sample orders"
@@ -21,6 +21,7 @@ help:
 	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL and moto"
 	@echo "make run           herald run --roles ingest on the local stack (foreground)"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
+	@echo "make delivery-rate measure the delivery rate (ORDERS=1000 IN_FLIGHT=64 LATENCY_MS=50)"
 
 deps:
 	@$(LOCAL)/build-deps.sh
@@ -73,6 +74,14 @@ EVENTS ?= 20000
 BATCH  ?= 500
 ingest-rate: build stack-up
 	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-ingest-rate $(EVENTS) $(BATCH)
+
+# A quick delivery-rate measurement: ORDERS x 2 intents, IN_FLIGHT attempts at once,
+# LATENCY_MS added to every provider answer by toxiproxy.
+ORDERS     ?= 1000
+IN_FLIGHT  ?= 64
+LATENCY_MS ?= 50
+delivery-rate: build stack-up
+	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-delivery-rate $(ORDERS) $(IN_FLIGHT) $(LATENCY_MS)
 
 demo: migrate topics templates
 	@$(LOCAL)/demo.sh $(HERALD) $(LOCAL_CONFIG)

@@ -309,6 +309,18 @@ channels = ["email", "sms"]
         .with_context(|| format!("{what}: `{sql}` never reached {expected}"))
     }
 
+    /// Waits until consumer group `group` (unprefixed name, e.g. "herald-delivery") has
+    /// committed everything on the given (unprefixed) topics.
+    pub async fn wait_lag_zero(&self, group: &str, topics: &[&str]) -> Result<()> {
+        let group = self.group(group);
+        let topics: Vec<String> = topics.iter().map(|t| self.topic(t)).collect();
+        wait_for(&format!("{group} lag 0"), Duration::from_secs(90), || async {
+            let t: Vec<&str> = topics.iter().map(String::as_str).collect();
+            Ok((kafka::committed_lag(&group, &t)? == 0).then_some(()))
+        })
+        .await
+    }
+
     /// Drops the database (best effort); topics are left to the broker's retention.
     pub async fn cleanup(self) {
         drop(self.db);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use integration_tests::kafka::{committed_lag, produce, producer};
+use integration_tests::kafka::{produce, producer};
 use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::UniqueSeller;
 use integration_tests::{seed_orders, wait_for, TestEnv};
@@ -54,12 +54,8 @@ async fn order_event_ends_as_one_email_and_one_sms_at_the_provider() -> Result<(
     assert_eq!(sms.len(), 1, "one SMS at the provider: {sms:?}");
     assert_eq!(sms[0]["message_id"].as_str(), Some(sms_id.as_str()));
 
-    let group = env.group("herald-delivery");
-    let deliveries = env.topic("herald.deliveries");
-    wait_for("delivery lag 0", WAIT, || async {
-        Ok((committed_lag(&group, &[&deliveries])? == 0).then_some(()))
-    })
-    .await?;
+    env.wait_lag_zero("herald-delivery", &["herald.deliveries"])
+        .await?;
     assert!(
         herald.terminate(WAIT).await?.success(),
         "SIGTERM drains and exits 0"
@@ -103,12 +99,8 @@ async fn the_same_intent_published_five_times_is_sent_once() -> Result<()> {
         .await?;
     }
     let _deliver = env.spawn_roles("deliver", "deliver", &[])?;
-    let group = env.group("herald-delivery");
-    let deliveries = env.topic("herald.deliveries");
-    wait_for("delivery lag 0", WAIT, || async {
-        Ok((committed_lag(&group, &[&deliveries])? == 0).then_some(()))
-    })
-    .await?;
+    env.wait_lag_zero("herald-delivery", &["herald.deliveries"])
+        .await?;
 
     assert_eq!(
         env.count("SELECT count(*) FROM notification_attempts").await?,
@@ -235,12 +227,8 @@ async fn delivery_instances_joining_and_leaving_send_each_intent_once() -> Resul
 
     env.wait_count("every intent accepted", accepted, 200, Duration::from_secs(120))
         .await?;
-    let group = env.group("herald-delivery");
-    let deliveries = env.topic("herald.deliveries");
-    wait_for("delivery lag 0", WAIT, || async {
-        Ok((committed_lag(&group, &[&deliveries])? == 0).then_some(()))
-    })
-    .await?;
+    env.wait_lag_zero("herald-delivery", &["herald.deliveries"])
+        .await?;
     assert_eq!(
         env.count(
             "SELECT count(*) FROM (SELECT intent_id FROM notification_attempts WHERE outcome = 'accepted'

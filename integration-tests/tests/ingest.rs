@@ -54,13 +54,8 @@ async fn produce_order(
 }
 
 async fn wait_lag_zero(env: &TestEnv) -> Result<()> {
-    let group = env.group("herald-ingest");
-    let topics = [env.topic("order-events"), env.topic("seller-profiles")];
-    wait_for("ingest group lag 0", WAIT, || async {
-        let t: Vec<&str> = topics.iter().map(String::as_str).collect();
-        Ok((committed_lag(&group, &t)? == 0).then_some(()))
-    })
-    .await
+    env.wait_lag_zero("herald-ingest", &["order-events", "seller-profiles"])
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

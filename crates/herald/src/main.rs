@@ -12,6 +12,7 @@ mod commands;
 mod config;
 mod deliver;
 mod ingest;
+mod progress;
 mod relay;
 mod shutdown;
 

@@ -9,10 +9,8 @@ use crate::config::Config;
 pub enum IntentCommand {
     /// Show one intent: payload digest, template revision, state, attempts, conflicts.
     Show {
-        marketplace_id: String,
-        order_id: String,
-        event_kind: String,
-        channel: Channel,
+        #[command(flatten)]
+        key: KeyArgs,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -20,10 +18,8 @@ pub enum IntentCommand {
     /// Decide an intent whose last attempt's outcome is unknown: `accepted` (the seller
     /// got it) or `retry` (send again; the attempt is flagged as following an unknown).
     Resolve {
-        marketplace_id: String,
-        order_id: String,
-        event_kind: String,
-        channel: Channel,
+        #[command(flatten)]
+        key: KeyArgs,
         #[arg(long = "as", value_enum)]
         resolution: ResolveAs,
         /// Why: stored with the resolution (a ticket, what the provider's logs showed).
@@ -35,6 +31,26 @@ pub enum IntentCommand {
     },
 }
 
+/// The business key, as positional arguments.
+#[derive(clap::Args)]
+pub struct KeyArgs {
+    marketplace_id: String,
+    order_id: String,
+    event_kind: String,
+    channel: Channel,
+}
+
+impl From<KeyArgs> for BusinessKey {
+    fn from(k: KeyArgs) -> Self {
+        BusinessKey {
+            marketplace_id: k.marketplace_id,
+            order_id: k.order_id,
+            event_kind: k.event_kind,
+            channel: k.channel,
+        }
+    }
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum ResolveAs {
     Accepted,
@@ -43,36 +59,14 @@ pub enum ResolveAs {
 
 pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> {
     match command {
-        IntentCommand::Show {
-            marketplace_id,
-            order_id,
-            event_kind,
-            channel,
-            json,
-        } => {
-            let key = BusinessKey {
-                marketplace_id,
-                order_id,
-                event_kind,
-                channel,
-            };
-            show(config, key, json).await
-        }
+        IntentCommand::Show { key, json } => show(config, key.into(), json).await,
         IntentCommand::Resolve {
-            marketplace_id,
-            order_id,
-            event_kind,
-            channel,
+            key,
             resolution,
             reason,
             operator,
         } => {
-            let key = BusinessKey {
-                marketplace_id,
-                order_id,
-                event_kind,
-                channel,
-            };
+            let key: BusinessKey = key.into();
             if reason.trim().is_empty() {
                 anyhow::bail!("--reason is empty: say why, it is stored with the resolution");
             }

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::info;
 
@@ -51,20 +51,5 @@ impl DeliveryStats {
 }
 
 pub async fn report_every(stats: Arc<DeliveryStats>, every: Duration) {
-    let mut last = stats.recorded.load(Relaxed);
-    let mut at = Instant::now();
-    loop {
-        tokio::time::sleep(every).await;
-        let now = stats.recorded.load(Relaxed);
-        if now != last {
-            let rate = (now - last) as f64 / at.elapsed().as_secs_f64();
-            info!(
-                attempts_per_s = rate.round() as u64,
-                attempts = now,
-                "delivery progress"
-            );
-        }
-        last = now;
-        at = Instant::now();
-    }
+    crate::progress::report_rate(every, "delivery attempts", move || stats.recorded.load(Relaxed)).await
 }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::info;
 
@@ -45,20 +45,5 @@ impl IngestStats {
 
 /// Logs the message rate of the last interval, when there was any traffic.
 pub async fn report_every(stats: Arc<IngestStats>, every: Duration) {
-    let mut last = stats.messages.load(Relaxed);
-    let mut at = Instant::now();
-    loop {
-        tokio::time::sleep(every).await;
-        let now = stats.messages.load(Relaxed);
-        if now != last {
-            let rate = (now - last) as f64 / at.elapsed().as_secs_f64();
-            info!(
-                messages_per_s = rate.round() as u64,
-                messages = now,
-                "ingest progress"
-            );
-        }
-        last = now;
-        at = Instant::now();
-    }
+    crate::progress::report_rate(every, "ingest messages", move || stats.messages.load(Relaxed)).await
 }

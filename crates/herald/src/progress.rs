@@ -1,0 +1,19 @@
+//! A periodic progress line for a role's main counter (messages/s, attempts/s), logged
+//! only when there was traffic. Metrics replace it with the observability issue.
+
+use std::time::{Duration, Instant};
+
+pub async fn report_rate(every: Duration, what: &'static str, read: impl Fn() -> u64) {
+    let mut last = read();
+    let mut at = Instant::now();
+    loop {
+        tokio::time::sleep(every).await;
+        let now = read();
+        if now != last {
+            let per_s = (now - last) as f64 / at.elapsed().as_secs_f64();
+            tracing::info!(what, per_second = per_s.round() as u64, total = now, "progress");
+        }
+        last = now;
+        at = Instant::now();
+    }
+}
