@@ -21,7 +21,7 @@ help:
 	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL and moto"
 	@echo "make run           herald run --roles ingest on the local stack (foreground)"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
-	@echo "make delivery-rate measure the delivery rate (ORDERS=1000 IN_FLIGHT=64 LATENCY_MS=50)"
+	@echo "make delivery-rate measure the delivery rate (ORDERS=1000 IN_FLIGHT=64 LATENCY_MS=50 PROVIDER=standin|moto)"
 
 deps:
 	@$(LOCAL)/build-deps.sh
@@ -80,8 +80,9 @@ ingest-rate: build stack-up
 ORDERS     ?= 1000
 IN_FLIGHT  ?= 64
 LATENCY_MS ?= 50
+PROVIDER   ?= standin
 delivery-rate: build stack-up
-	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-delivery-rate $(ORDERS) $(IN_FLIGHT) $(LATENCY_MS)
+	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-delivery-rate $(ORDERS) $(IN_FLIGHT) $(LATENCY_MS) $(PROVIDER)
 
 demo: migrate topics templates
 	@$(LOCAL)/demo.sh $(HERALD) $(LOCAL_CONFIG)

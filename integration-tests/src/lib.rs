@@ -10,6 +10,7 @@ pub mod http;
 pub mod kafka;
 pub mod moto;
 pub mod samples;
+pub mod standin;
 pub mod toxiproxy;
 
 use std::future::Future;

@@ -285,8 +285,15 @@ impl DeliveryConsumer {
 
 fn poll_loop(consumer: Arc<Client>, shared: Arc<Shared>, tx: mpsc::Sender<Work>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
-        flow_control(&consumer, &shared);
-        let msg = match consumer.poll(Duration::from_millis(100)) {
+        // While paused, nothing arrives to end a long poll: look again soon, so that a
+        // window that drained resumes its partitions without waiting out the timeout.
+        let paused = flow_control(&consumer, &shared);
+        let timeout = if paused {
+            Duration::from_millis(5)
+        } else {
+            Duration::from_millis(100)
+        };
+        let msg = match consumer.poll(timeout) {
             None => continue,
             Some(Err(e)) => {
                 warn!(error = %e, "delivery consumer error");
@@ -338,8 +345,8 @@ fn poll_loop(consumer: Arc<Client>, shared: Arc<Shared>, tx: mpsc::Sender<Work>,
 }
 
 /// Pauses partitions whose window is full (or all, when the global window is), and
-/// resumes them below three quarters.
-fn flow_control(consumer: &Client, shared: &Shared) {
+/// resumes them below three quarters. Returns whether any partition stays paused.
+fn flow_control(consumer: &Client, shared: &Shared) -> bool {
     let limits = &shared.limits;
     let mut st = shared.lock();
     let global_full = st.total_outstanding >= limits.max_outstanding;
@@ -358,6 +365,7 @@ fn flow_control(consumer: &Client, shared: &Shared) {
             e.paused = false;
         }
     }
+    let any_paused = st.partitions.values().any(|e| e.paused);
     drop(st);
     if pause.count() > 0 {
         debug!(partitions = pause.count(), "pausing: outstanding window full");
@@ -370,4 +378,5 @@ fn flow_control(consumer: &Client, shared: &Shared) {
             warn!(error = %e, "resume failed");
         }
     }
+    any_paused
 }

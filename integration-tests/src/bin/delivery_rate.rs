@@ -1,11 +1,12 @@
-//! `herald-delivery-rate [ORDERS] [IN_FLIGHT] [LATENCY_MS]`: a quick measurement of the
-//! delivery rate on the local stack (`make delivery-rate`). ORDERS order events become two
-//! intents each (e-mail and SMS) and are published to `herald.deliveries` first; then one
-//! `herald run --roles deliver` with `delivery.max_in_flight = IN_FLIGHT` sends them to moto
-//! through a toxiproxy proxy that adds LATENCY_MS to every answer, and the time from start to
-//! the last `accepted` record is measured. Little's law bounds the rate at
-//! IN_FLIGHT / LATENCY; moto itself (one Python process on the same 2 cores) may be the
-//! tighter bound. The full benchmark, with a provider stand-in, is `make bench` (later issue).
+//! `herald-delivery-rate [ORDERS] [IN_FLIGHT] [LATENCY_MS] [moto|standin]`: a quick
+//! measurement of the delivery rate on the local stack (`make delivery-rate`). ORDERS order
+//! events become two intents each (e-mail and SMS) and are published to `herald.deliveries`
+//! first; then one `herald run --roles deliver` with `delivery.max_in_flight = IN_FLIGHT`
+//! sends them, and the time from the first claim to the last record is measured. The
+//! provider answers after LATENCY_MS: the stand-in of [`integration_tests::standin`]
+//! (default), or moto behind a toxiproxy latency toxic (moto, one Python process, is then
+//! the bound). Little's law bounds the rate at IN_FLIGHT / LATENCY. The full benchmark is
+//! `make bench` (later issue).
 
 use std::time::{Duration, Instant};
 
@@ -13,7 +14,7 @@ use anyhow::{ensure, Result};
 use integration_tests::moto::MOTO;
 use integration_tests::samples::UniqueSeller;
 use integration_tests::toxiproxy::Proxy;
-use integration_tests::{seed_orders, wait_for, EnvOptions, TestEnv};
+use integration_tests::{seed_orders, standin, wait_for, EnvOptions, TestEnv};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
@@ -21,24 +22,35 @@ async fn main() -> Result<()> {
     let orders: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1000);
     let in_flight: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(64);
     let latency_ms: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(50);
-    let proxy = Proxy::create(
-        &format!("rate-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
-        MOTO,
-    )
-    .await?;
-    proxy
-        .add_toxic(
-            "latency",
-            "latency",
-            "downstream",
-            serde_json::json!({"latency": latency_ms}),
-        )
-        .await?;
+    let provider = args.next().unwrap_or_else(|| "standin".into());
+    let (endpoint, proxy) = match provider.as_str() {
+        "moto" => {
+            let proxy = Proxy::create(
+                &format!("rate-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+                MOTO,
+            )
+            .await?;
+            proxy
+                .add_toxic(
+                    "latency",
+                    "latency",
+                    "downstream",
+                    serde_json::json!({"latency": latency_ms}),
+                )
+                .await?;
+            (proxy.url(), Some(proxy))
+        }
+        "standin" => {
+            let (addr, _) = standin::start(Duration::from_millis(latency_ms)).await?;
+            (format!("http://{addr}"), None)
+        }
+        other => anyhow::bail!("provider {other:?}: expected moto or standin"),
+    };
     let env = TestEnv::with_options(
         "deliveryrate",
         "",
         EnvOptions {
-            aws_endpoint: Some(proxy.url()),
+            aws_endpoint: Some(endpoint),
             on_unknown: "hold",
         },
     )
@@ -94,6 +106,15 @@ async fn main() -> Result<()> {
         .query_one("SELECT extract(epoch FROM max(finished_at) - min(started_at))::float8 FROM notification_attempts", &[])
         .await?
         .get(0);
+    let claim_to_record_ms: f64 = env
+        .db
+        .query_one(
+            "SELECT 1000 * avg(extract(epoch FROM finished_at - started_at))::float8 FROM notification_attempts",
+            &[],
+        )
+        .await?
+        .get(0);
+    println!("delivery-rate: mean time from claim commit to record commit: {claim_to_record_ms:.0} ms");
     ensure!(
         env.count("SELECT count(*) FROM notification_attempts").await? == intents,
         "one attempt per intent expected"
@@ -107,7 +128,9 @@ async fn main() -> Result<()> {
         elapsed.as_secs_f64()
     );
     deliver.terminate(Duration::from_secs(60)).await?;
-    proxy.delete().await?;
+    if let Some(p) = proxy {
+        p.delete().await?;
+    }
     env.cleanup().await;
     Ok(())
 }

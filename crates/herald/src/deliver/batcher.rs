@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_store::delivery::{AttemptRecord, ClaimOutcome};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tracing::warn;
 
 use super::{send, DeliveryContext, Taken};
@@ -53,6 +53,10 @@ where
     }
 }
 
+/// Database transactions of one kind (claims, or records) running at once: batches are
+/// pipelined, so one commit in progress does not hold up the attempts gathering behind it.
+const CONCURRENT_BATCHES: usize = 4;
+
 pub async fn claim_loop(
     ctx: Arc<DeliveryContext>,
     mut rx: mpsc::Receiver<Taken>,
@@ -60,28 +64,42 @@ pub async fn claim_loop(
 ) {
     let d = &ctx.config.delivery;
     let linger = Duration::from_millis(d.db_batch_linger_ms);
-    let lease = Duration::from_secs(d.lease_secs);
+    let slots = Arc::new(Semaphore::new(CONCURRENT_BATCHES));
     while let Some(batch) = gather(&mut rx, d.db_batch_max, linger).await {
-        let ids: Vec<_> = batch.iter().map(|t| t.intent_id).collect();
-        let outcomes = until_ok("claim", || {
-            ctx.store.claim(&ctx.worker, lease, &ids, &ctx.policies)
-        })
-        .await;
-        // Failure policy: a crash here, after the claim committed and before the sends,
-        // leaves `started` attempts under leases that expire into `unknown`: honest, if
-        // pessimistic (nothing was sent).
-        fail::fail_point!("deliver-after-claim");
-        for (taken, outcome) in batch.into_iter().zip(outcomes) {
-            match outcome {
-                ClaimOutcome::Claimed(claimed) => {
-                    ctx.stats.claimed();
-                    tokio::spawn(send::attempt(ctx.clone(), taken, *claimed, records.clone()));
-                }
-                ClaimOutcome::Skipped(reason) => {
-                    ctx.stats.skipped(reason.as_str());
-                    tracing::debug!(intent_id = %taken.intent_id, reason = reason.as_str(), "delivery message acknowledged without sending");
-                    ctx.handle.complete(&taken.work, true);
-                }
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let (ctx, records) = (ctx.clone(), records.clone());
+        tokio::spawn(async move {
+            claim_batch(&ctx, batch, &records).await;
+            drop(slot);
+        });
+    }
+    // Wait for the batches still running.
+    let _ = slots.acquire_many(CONCURRENT_BATCHES as u32).await;
+}
+
+async fn claim_batch(ctx: &Arc<DeliveryContext>, batch: Vec<Taken>, records: &mpsc::Sender<Finished>) {
+    let lease = Duration::from_secs(ctx.config.delivery.lease_secs);
+    let ids: Vec<_> = batch.iter().map(|t| t.intent_id).collect();
+    let outcomes = until_ok("claim", || {
+        ctx.store.claim(&ctx.worker, lease, &ids, &ctx.policies)
+    })
+    .await;
+    // Failure policy: a crash here, after the claim committed and before the sends,
+    // leaves `started` attempts under leases that expire into `unknown`: honest, if
+    // pessimistic (nothing was sent).
+    fail::fail_point!("deliver-after-claim");
+    for (taken, outcome) in batch.into_iter().zip(outcomes) {
+        match outcome {
+            ClaimOutcome::Claimed(claimed) => {
+                ctx.stats.claimed();
+                tokio::spawn(send::attempt(ctx.clone(), taken, *claimed, records.clone()));
+            }
+            ClaimOutcome::Skipped(reason) => {
+                ctx.stats.skipped(reason.as_str());
+                tracing::debug!(intent_id = %taken.intent_id, reason = reason.as_str(), "delivery message acknowledged without sending");
+                ctx.handle.complete(&taken.work, true);
             }
         }
     }
@@ -90,16 +108,29 @@ pub async fn claim_loop(
 pub async fn record_loop(ctx: Arc<DeliveryContext>, mut rx: mpsc::Receiver<Finished>) {
     let d = &ctx.config.delivery;
     let linger = Duration::from_millis(d.db_batch_linger_ms);
+    let slots = Arc::new(Semaphore::new(CONCURRENT_BATCHES));
     while let Some(batch) = gather(&mut rx, d.db_batch_max, linger).await {
-        let records: Vec<AttemptRecord> = batch.iter().map(|f| f.record.clone()).collect();
-        until_ok("record", || ctx.store.record(&ctx.worker, &records)).await;
-        // Failure policy: a crash here, after the record committed and before the offsets
-        // are stored, replays these messages: each finds its intent terminal (or retry not
-        // due) and is acknowledged without sending.
-        fail::fail_point!("deliver-after-record");
-        for f in batch {
-            ctx.stats.recorded(f.record.outcome.as_str());
-            ctx.handle.complete(&f.taken.work, true);
-        }
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            record_batch(&ctx, batch).await;
+            drop(slot);
+        });
+    }
+    let _ = slots.acquire_many(CONCURRENT_BATCHES as u32).await;
+}
+
+async fn record_batch(ctx: &DeliveryContext, batch: Vec<Finished>) {
+    let records: Vec<AttemptRecord> = batch.iter().map(|f| f.record.clone()).collect();
+    until_ok("record", || ctx.store.record(&ctx.worker, &records)).await;
+    // Failure policy: a crash here, after the record committed and before the offsets
+    // are stored, replays these messages: each finds its intent terminal (or retry not
+    // due) and is acknowledged without sending.
+    fail::fail_point!("deliver-after-record");
+    for f in batch {
+        ctx.stats.recorded(f.record.outcome.as_str());
+        ctx.handle.complete(&f.taken.work, true);
     }
 }

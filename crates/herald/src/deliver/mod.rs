@@ -49,7 +49,9 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
     let group = config.group(&d.group_id);
     let topic = config.topic(&config.kafka.topics.deliveries);
     let limits = FlowLimits {
-        max_outstanding: d.max_in_flight * 2,
+        // Received ahead of the in-flight window (intent ids only: small), so that
+        // pausing and resuming partitions is rare; the semaphore bounds the attempts.
+        max_outstanding: (d.max_in_flight * 8).max(1024),
         max_outstanding_per_partition: d.max_outstanding_per_partition,
         drain_timeout: Duration::from_millis(d.drain_timeout_ms),
     };
