@@ -201,7 +201,8 @@ pub struct DeliveryConfig {
     pub max_outstanding_per_partition: usize,
     /// Most claims (or records) grouped into one transaction.
     pub db_batch_max: usize,
-    /// How long a claim or record batch waits for company.
+    /// How long a claim or record batch waits for company. 0 (the default) waits not at
+    /// all: under load, batches form from what queued during the transactions in progress.
     pub db_batch_linger_ms: u64,
     /// A claimed intent's lease. Must outlast a send (aws.attempt_timeout_ms) and its
     /// record by a wide margin: an expired lease makes the attempt `unknown`.
@@ -219,7 +220,7 @@ impl Default for DeliveryConfig {
             max_in_flight: 256,
             max_outstanding_per_partition: 512,
             db_batch_max: 256,
-            db_batch_linger_ms: 5,
+            db_batch_linger_ms: 0,
             lease_secs: 60,
             sweep_interval_ms: 5000,
             drain_timeout_ms: 15_000,
