@@ -341,10 +341,6 @@ pub struct HeraldProcess {
 }
 
 impl HeraldProcess {
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
-    }
-
     /// SIGKILL, as a crash would.
     pub fn kill(&mut self) -> Result<()> {
         if let Some(mut c) = self.child.take() {

@@ -104,10 +104,6 @@ impl BatchConsumer {
         })
     }
 
-    pub fn group(&self) -> &str {
-        &self.group
-    }
-
     /// Waits for a first message, then gathers more until `max` messages or `linger` has
     /// passed. Errors from the broker connection are logged and waited out by librdkafka;
     /// they end the batch early rather than failing it.

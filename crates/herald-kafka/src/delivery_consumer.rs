@@ -258,11 +258,7 @@ impl DeliveryConsumer {
             let (stop, consumer) = (stop.clone(), consumer.clone());
             std::thread::Builder::new()
                 .name("delivery-poll".into())
-                .spawn(move || poll_loop(consumer, shared, tx, stop))
-                .map_err(|e| crate::KafkaError::Topic {
-                    topic: topic.to_owned(),
-                    detail: format!("cannot start the poll thread: {e}"),
-                })?
+                .spawn(move || poll_loop(consumer, shared, tx, stop))?
         };
         Ok(Self {
             handle,

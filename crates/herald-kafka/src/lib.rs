@@ -25,6 +25,8 @@ pub enum KafkaError {
     Client(#[from] rdkafka::error::KafkaError),
     #[error("topic {topic:?}: {detail}")]
     Topic { topic: String, detail: String },
+    #[error("cannot start the consumer's poll thread: {0}")]
+    PollThread(#[from] std::io::Error),
 }
 
 pub type Result<T, E = KafkaError> = std::result::Result<T, E>;

@@ -194,12 +194,12 @@ impl Store {
         }
         tx.commit().await?;
         // Requested twice in one batch: the second copy is skipped as leased.
-        let mut handed_out = BTreeSet::new();
+        let claimed_ids: BTreeSet<Uuid> = claimed.keys().copied().collect();
         Ok(intent_ids
             .iter()
-            .map(|id| match claimed.get(id) {
-                Some(c) if handed_out.insert(*id) => ClaimOutcome::Claimed(Box::new(c.clone())),
-                Some(_) => ClaimOutcome::Skipped(Skip::Leased),
+            .map(|id| match claimed.remove(id) {
+                Some(c) => ClaimOutcome::Claimed(Box::new(c)),
+                None if claimed_ids.contains(id) => ClaimOutcome::Skipped(Skip::Leased),
                 None => ClaimOutcome::Skipped(reasons.get(id).copied().unwrap_or(Skip::Missing)),
             })
             .collect())
@@ -251,19 +251,6 @@ impl Store {
         let n = expire_in(&*tx, None, policies, limit).await?;
         tx.commit().await?;
         Ok(n)
-    }
-
-    /// Counts of intents per state (for `herald` status output and tests).
-    pub async fn intents_by_state(&self) -> Result<HashMap<String, i64>> {
-        let rows = self
-            .conn()
-            .await?
-            .query(
-                "SELECT state, count(*) FROM notification_intents GROUP BY state",
-                &[],
-            )
-            .await?;
-        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     /// An operator's decision on an intent in state `unknown`: `accepted` (the seller got

@@ -120,11 +120,5 @@ impl Store {
         });
         Ok(client)
     }
-
-    /// One round trip, for readiness checks.
-    pub async fn ping(&self) -> Result<()> {
-        self.conn().await?.simple_query("SELECT 1").await?;
-        Ok(())
-    }
 }
 pub use tokio_postgres::Config as PgConfig;

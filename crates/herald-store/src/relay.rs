@@ -74,20 +74,6 @@ impl<'a> RelayTx<'a> {
 }
 
 impl Store {
-    /// Rows waiting in the outbox, and the age in seconds of the oldest due one.
-    pub async fn outbox_backlog(&self) -> Result<(i64, f64)> {
-        let row = self
-            .conn()
-            .await?
-            .query_one(
-                "SELECT count(*), coalesce(extract(epoch FROM now() - min(available_at)) FILTER (WHERE available_at <= now()), 0)::float8
-                 FROM outbox",
-                &[],
-            )
-            .await?;
-        Ok((row.get(0), row.get(1)))
-    }
-
     /// LISTENs on the outbox channel over a dedicated connection. The listener's receiver
     /// yields one unit per notification and closes when the connection is lost: the relay
     /// then falls back to its poll interval and listens again.

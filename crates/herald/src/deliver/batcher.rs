@@ -57,6 +57,28 @@ where
 /// pipelined, so one commit in progress does not hold up the attempts gathering behind it.
 const CONCURRENT_BATCHES: usize = 4;
 
+/// Gathers batches from `rx` and runs `work` on each, up to [`CONCURRENT_BATCHES`] at once.
+/// Returns once `rx` is closed and every batch has finished.
+async fn pipelined<T, F, Fut>(rx: &mut mpsc::Receiver<T>, max: usize, linger: Duration, work: F)
+where
+    T: Send + 'static,
+    F: Fn(Vec<T>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(CONCURRENT_BATCHES));
+    while let Some(batch) = gather(rx, max, linger).await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let job = work(batch);
+        tokio::spawn(async move {
+            job.await;
+            drop(slot);
+        });
+    }
+    let _ = slots.acquire_many(CONCURRENT_BATCHES as u32).await;
+}
+
 pub async fn claim_loop(
     ctx: Arc<DeliveryContext>,
     mut rx: mpsc::Receiver<Taken>,
@@ -64,19 +86,11 @@ pub async fn claim_loop(
 ) {
     let d = &ctx.config.delivery;
     let linger = Duration::from_millis(d.db_batch_linger_ms);
-    let slots = Arc::new(Semaphore::new(CONCURRENT_BATCHES));
-    while let Some(batch) = gather(&mut rx, d.db_batch_max, linger).await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            break;
-        };
+    pipelined(&mut rx, d.db_batch_max, linger, |batch| {
         let (ctx, records) = (ctx.clone(), records.clone());
-        tokio::spawn(async move {
-            claim_batch(&ctx, batch, &records).await;
-            drop(slot);
-        });
-    }
-    // Wait for the batches still running.
-    let _ = slots.acquire_many(CONCURRENT_BATCHES as u32).await;
+        async move { claim_batch(&ctx, batch, &records).await }
+    })
+    .await;
 }
 
 async fn claim_batch(ctx: &Arc<DeliveryContext>, batch: Vec<Taken>, records: &mpsc::Sender<Finished>) {
@@ -108,18 +122,11 @@ async fn claim_batch(ctx: &Arc<DeliveryContext>, batch: Vec<Taken>, records: &mp
 pub async fn record_loop(ctx: Arc<DeliveryContext>, mut rx: mpsc::Receiver<Finished>) {
     let d = &ctx.config.delivery;
     let linger = Duration::from_millis(d.db_batch_linger_ms);
-    let slots = Arc::new(Semaphore::new(CONCURRENT_BATCHES));
-    while let Some(batch) = gather(&mut rx, d.db_batch_max, linger).await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            break;
-        };
+    pipelined(&mut rx, d.db_batch_max, linger, |batch| {
         let ctx = ctx.clone();
-        tokio::spawn(async move {
-            record_batch(&ctx, batch).await;
-            drop(slot);
-        });
-    }
-    let _ = slots.acquire_many(CONCURRENT_BATCHES as u32).await;
+        async move { record_batch(&ctx, batch).await }
+    })
+    .await;
 }
 
 async fn record_batch(ctx: &DeliveryContext, batch: Vec<Finished>) {
