@@ -1,6 +1,6 @@
 # Herald: `make demo` runs the main job on the local stack, `make test` runs every check.
-# Both install what is missing (build tools, Kafka jars, PostgreSQL, moto) and start the
-# local stack when it is not running. See README.md.
+# Both install what is missing (build tools, Kafka jars, PostgreSQL, moto, toxiproxy,
+# Jaeger) and start the local stack when it is not running. See README.md.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -12,14 +12,15 @@ HERALD       := target/debug/herald
 LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 
-.PHONY: help deps build lint fmt-check clippy test-all test demo \
+.PHONY: help deps build lint fmt-check clippy rules test-all test demo \
         stack-up stack-down stack-status migrate topics templates run ingest-rate delivery-rate
 
 help:
 	@echo "make demo          bring the local stack up and run Herald on sample orders"
 	@echo "make test          fmt check, clippy -D warnings, unit and integration tests"
-	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL and moto"
-	@echo "make run           herald run --roles ingest on the local stack (foreground)"
+	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL, moto, toxiproxy and Jaeger"
+	@echo "make run           herald run (ingest, relay, deliver) on the local stack (foreground)"
+	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
 	@echo "make delivery-rate measure the delivery rate (ORDERS=1000 IN_FLIGHT=64 LATENCY_MS=50 PROVIDER=standin|moto)"
 
@@ -40,13 +41,19 @@ clippy: deps
 
 lint: fmt-check clippy
 
+# The alerting rules parse, and their unit tests (deploy/prometheus/alerts.test.yml) pass.
+rules: deps
+	@echo "check: promtool check rules, promtool test rules"
+	@promtool check rules deploy/prometheus/alerts.yml
+	@cd deploy/prometheus && promtool test rules alerts.test.yml
+
 # One cargo invocation for unit and integration tests: one feature set, one build. The
 # integration tests (and herald-channels' moto tests) need the local stack.
 test-all: build stack-up
 	@echo "test: unit tests, and integration tests against the local stack"
 	@HERALD_BIN=$(CURDIR)/$(HERALD) $(CARGO) test --workspace --no-fail-fast $(FEATURES) -- --test-threads=4
 
-test: fmt-check clippy test-all
+test: fmt-check clippy rules test-all
 
 stack-up:
 	@$(LOCAL)/stack.sh up
@@ -67,7 +74,7 @@ templates: migrate
 	@$(LOCAL)/publish-templates.sh $(HERALD) $(LOCAL_CONFIG)
 
 run: migrate topics templates
-	@$(HERALD) --config $(LOCAL_CONFIG) run --roles ingest
+	@$(HERALD) --config $(LOCAL_CONFIG) run --roles ingest,relay,deliver
 
 # A quick ingest-rate measurement on the local stack: EVENTS order events, BATCH per poll.
 EVENTS ?= 20000

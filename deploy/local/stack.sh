@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole local stack: Kafka 127.0.0.1:19092, PostgreSQL 127.0.0.1:15432, moto 127.0.0.1:14566,
-# toxiproxy API 127.0.0.1:18474.
+# The whole local stack: Kafka 127.0.0.1:19092 (controller 19093), PostgreSQL 127.0.0.1:15432,
+# moto 127.0.0.1:14566, toxiproxy API 127.0.0.1:18474, Jaeger OTLP 127.0.0.1:14317 (gRPC) /
+# 127.0.0.1:14318 (HTTP) and query API/UI 127.0.0.1:16686 (query gRPC 16685).
 # usage: deploy/local/stack.sh up|down|status
 #   up     install what is missing and start what is not running (no-op on a running stack)
 #   down   stop everything; nothing is left running
@@ -11,7 +12,7 @@ COMPONENT=stack
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 D="$HERALD_LOCAL_SCRIPTS"
-COMPONENTS=(postgres moto toxiproxy kafka)
+COMPONENTS=(postgres moto toxiproxy jaeger kafka)
 
 up() {
   local t0 c; t0="$(now_s)"
@@ -24,7 +25,7 @@ up() {
 down() {
   local c rc=0
   # stop in reverse order; keep going if one fails so nothing is left behind
-  for c in kafka toxiproxy moto postgres; do
+  for c in kafka jaeger toxiproxy moto postgres; do
     "$D/$c.sh" stop || rc=1
   done
   return "$rc"

@@ -1,5 +1,6 @@
-//! A minimal HTTP/1.0 client for the local stack's control APIs (moto, toxiproxy): enough
-//! for small JSON requests on loopback, without pulling an HTTP client crate into the build.
+//! A minimal HTTP/1.0 client for the local stack's control APIs (moto, toxiproxy, Jaeger)
+//! and Herald's admin endpoint: enough for small requests on loopback, without pulling an
+//! HTTP client crate into the build.
 
 use anyhow::{Context, Result};
 use serde_json::Value;
@@ -8,13 +9,31 @@ use tokio::net::TcpStream;
 
 /// Sends `method path` with an optional JSON body; returns (status, body as JSON or Null).
 pub async fn request(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Value)> {
+    let (status, text) = request_text(addr, method, path, &[], body).await?;
+    let json = if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::Null)
+    };
+    Ok((status, json))
+}
+
+/// Like [`request`] with extra headers; returns the body as text.
+pub async fn request_text(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&Value>,
+) -> Result<(u16, String)> {
     let mut s = TcpStream::connect(addr)
         .await
         .with_context(|| format!("connecting to {addr} (is the local stack up?)"))?;
     let body = body.map(Value::to_string).unwrap_or_default();
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
     s.write_all(
         format!(
-            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .as_bytes(),
@@ -29,10 +48,5 @@ pub async fn request(addr: &str, method: &str, path: &str, body: Option<&Value>)
         .nth(1)
         .and_then(|s| s.parse().ok())
         .with_context(|| format!("no status in {head:?}"))?;
-    let json = if body.trim().is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(body).unwrap_or(Value::Null)
-    };
-    Ok((status, json))
+    Ok((status, body.to_owned()))
 }

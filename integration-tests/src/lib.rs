@@ -129,6 +129,10 @@ impl TestEnv {
 format = "json"
 level = "info"
 
+# An ephemeral port per process; HeraldProcess::admin_url reads it from the log.
+[admin]
+listen = "127.0.0.1:0"
+
 [database]
 url = "{db_url}"
 pool_size = 4
@@ -398,6 +402,21 @@ impl HeraldProcess {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// `127.0.0.1:PORT` of this process's admin endpoint (an ephemeral port, read from its
+    /// "admin endpoint listening" log line).
+    pub async fn admin_addr(&self, timeout: Duration) -> Result<String> {
+        wait_for("admin endpoint listening", timeout, || async {
+            Ok(self.log().lines().find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                (v["message"] == "admin endpoint listening")
+                    .then(|| v["listen"].as_str().map(str::to_owned))
+                    .flatten()
+            }))
+        })
+        .await
+        .with_context(|| format!("log {}:\n{}", self.log_path.display(), self.log()))
     }
 }
 

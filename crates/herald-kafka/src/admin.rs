@@ -70,3 +70,30 @@ pub async fn ensure_topics(
     }
     Ok(out)
 }
+
+/// A long-lived client for readiness checks: can the cluster's metadata be fetched?
+pub struct Probe {
+    client: rdkafka::producer::BaseProducer,
+}
+
+impl Probe {
+    pub fn new(settings: &KafkaSettings) -> Result<Self> {
+        Ok(Self {
+            client: settings.admin().create()?,
+        })
+    }
+
+    /// Blocking: fetches the metadata of `topic` within `timeout`; names the broker
+    /// error otherwise.
+    pub fn check(&self, topic: &str, timeout: Duration) -> Result<()> {
+        use rdkafka::producer::Producer;
+        let md = self.client.client().fetch_metadata(Some(topic), timeout)?;
+        match md.topics().iter().find(|t| t.name() == topic) {
+            Some(t) if t.error().is_none() => Ok(()),
+            _ => Err(KafkaError::Topic {
+                topic: topic.to_owned(),
+                detail: "not available in the cluster metadata".into(),
+            }),
+        }
+    }
+}

@@ -37,7 +37,8 @@ impl KafkaSettings {
             .set("session.timeout.ms", "10000")
             .set("heartbeat.interval.ms", "1000")
             .set("max.poll.interval.ms", "300000")
-            .set("auto.commit.interval.ms", "1000");
+            .set("auto.commit.interval.ms", "1000")
+            .set("statistics.interval.ms", crate::stats::STATISTICS_INTERVAL_MS);
         // These three make the at-least-once promise; they are set last so that no
         // pass-through property can change them.
         c.set("enable.auto.commit", "true")
@@ -53,6 +54,21 @@ impl KafkaSettings {
             .set("message.timeout.ms", "30000")
             .set("enable.idempotence", "true")
             .set("acks", "all");
+        c
+    }
+
+    /// A consumer that only reads (assigned partitions, never subscribed) and never
+    /// commits: operator inspection (`herald lag`, `herald dead-letter list`). With the
+    /// group id of a Herald group it can read that group's committed offsets without
+    /// joining it.
+    pub fn reader(&self, group_id: &str) -> ClientConfig {
+        let mut c = self.base();
+        c.set("group.id", group_id)
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", "earliest");
+        c.set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("isolation.level", "read_committed");
         c
     }
 

@@ -12,14 +12,20 @@ use rdkafka::message::OwnedMessage;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
-use crate::{KafkaSettings, Result};
+use crate::{KafkaSettings, LagStats, Result};
 
-/// Logs assignments and revocations, and the outcome of each offset commit.
+/// Logs assignments and revocations and the outcome of each offset commit; keeps the
+/// consumer lag from librdkafka's statistics.
 pub struct LoggingContext {
     group: String,
+    lag: LagStats,
 }
 
-impl ClientContext for LoggingContext {}
+impl ClientContext for LoggingContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.lag.record(&statistics);
+    }
+}
 
 impl ConsumerContext for LoggingContext {
     fn post_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -89,19 +95,28 @@ pub fn positions_after(batch: &[OwnedMessage]) -> Vec<Position> {
 pub struct BatchConsumer {
     consumer: StreamConsumer<LoggingContext>,
     group: String,
+    lag: LagStats,
 }
 
 impl BatchConsumer {
     pub fn subscribe(settings: &KafkaSettings, group: &str, topics: &[&str]) -> Result<Self> {
+        let lag = LagStats::default();
         let consumer: StreamConsumer<LoggingContext> =
             settings.consumer(group).create_with_context(LoggingContext {
                 group: group.to_owned(),
+                lag: lag.clone(),
             })?;
         consumer.subscribe(topics)?;
         Ok(Self {
             consumer,
             group: group.to_owned(),
+            lag,
         })
+    }
+
+    /// Consumer lag per partition, as of librdkafka's last statistics report.
+    pub fn lag(&self) -> &LagStats {
+        &self.lag
     }
 
     /// Waits for a first message, then gathers more until `max` messages or `linger` has

@@ -22,7 +22,7 @@ use tracing::{debug, info, warn};
 
 use crate::headers::TRACEPARENT;
 use crate::tracker::PartitionTracker;
-use crate::{KafkaSettings, Result};
+use crate::{KafkaSettings, LagStats, Result};
 
 /// Flow-control limits of the delivery consumer.
 #[derive(Debug, Clone)]
@@ -80,9 +80,14 @@ impl Shared {
 
 pub struct DeliveryContext {
     shared: Arc<Shared>,
+    lag: LagStats,
 }
 
-impl ClientContext for DeliveryContext {}
+impl ClientContext for DeliveryContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.lag.record(&statistics);
+    }
+}
 
 impl ConsumerContext for DeliveryContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -171,6 +176,16 @@ type Client = BaseConsumer<DeliveryContext>;
 pub struct DeliveryHandle {
     shared: Arc<Shared>,
     consumer: Arc<Client>,
+    lag: LagStats,
+}
+
+/// One assigned partition as the metrics see it.
+#[derive(Debug, Clone)]
+pub struct PartitionLoad {
+    pub partition: i32,
+    pub outstanding: usize,
+    /// How long the oldest outstanding message has been waiting.
+    pub head_age: Option<Duration>,
 }
 
 impl DeliveryHandle {
@@ -215,6 +230,36 @@ impl DeliveryHandle {
         self.shared.completed.notify_all();
     }
 
+    /// Each assigned partition's window: for the outstanding and head-of-line gauges.
+    pub fn partitions(&self) -> Vec<PartitionLoad> {
+        let now = std::time::Instant::now();
+        let st = self.shared.lock();
+        let mut v: Vec<PartitionLoad> = st
+            .partitions
+            .iter()
+            .map(|(p, e)| PartitionLoad {
+                partition: *p,
+                outstanding: e.tracker.outstanding(),
+                head_age: e.tracker.head_age(now),
+            })
+            .collect();
+        v.sort_by_key(|l| l.partition);
+        v
+    }
+
+    /// Consumer lag per partition, as of librdkafka's last statistics report.
+    pub fn lag(&self) -> &LagStats {
+        &self.lag
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.shared.topic
+    }
+
+    pub fn group(&self) -> &str {
+        &self.shared.group
+    }
+
     /// (outstanding, in flight) over all partitions.
     pub fn load(&self) -> (usize, usize) {
         let st = self.shared.lock();
@@ -243,8 +288,10 @@ impl DeliveryConsumer {
         // With many partitions and a small window, prefetch little: backpressure is
         // pausing, not a deep local queue.
         config.set("queued.max.messages.kbytes", "2048");
+        let lag = LagStats::default();
         let consumer: Client = config.create_with_context(DeliveryContext {
             shared: shared.clone(),
+            lag: lag.clone(),
         })?;
         consumer.subscribe(&[topic])?;
         let consumer = Arc::new(consumer);
@@ -253,6 +300,7 @@ impl DeliveryConsumer {
         let handle = DeliveryHandle {
             shared: shared.clone(),
             consumer: consumer.clone(),
+            lag,
         };
         let thread = {
             let (stop, consumer) = (stop.clone(), consumer.clone());

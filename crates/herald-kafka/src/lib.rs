@@ -12,12 +12,15 @@ pub mod dead_letter;
 pub mod deliveries;
 pub mod delivery_consumer;
 pub mod headers;
+pub mod inspect;
+pub mod stats;
 pub mod tracker;
 
 pub use client::KafkaSettings;
 pub use consumer::{BatchConsumer, Position};
 pub use dead_letter::{DeadLetter, DeadLetterProducer};
 pub use deliveries::{DeliveryMessage, DeliveryPublisher};
+pub use stats::LagStats;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {

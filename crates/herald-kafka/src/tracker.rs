@@ -7,11 +7,13 @@
 //! (compaction, transaction markers) never hold anything up because only offsets actually
 //! received are tracked.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
 pub struct PartitionTracker {
-    outstanding: BTreeSet<i64>,
+    /// Outstanding offsets and when each was received.
+    outstanding: BTreeMap<i64, Instant>,
     highest_received: Option<i64>,
     last_stored: Option<i64>,
     /// Attempts started and not yet completed (the rest of `outstanding` is queued).
@@ -22,7 +24,7 @@ impl PartitionTracker {
     pub fn received(&mut self, offset: i64) {
         // Where consumption (re)started is, in effect, already stored.
         self.last_stored.get_or_insert(offset);
-        self.outstanding.insert(offset);
+        self.outstanding.entry(offset).or_insert_with(Instant::now);
         self.highest_received = Some(self.highest_received.map_or(offset, |h| h.max(offset)));
     }
 
@@ -33,14 +35,12 @@ impl PartitionTracker {
     /// Marks `offset` done; returns the next offset to store when it advanced.
     /// `was_started` says whether the work had been started (counted in flight).
     pub fn completed(&mut self, offset: i64, was_started: bool) -> Option<i64> {
-        if !self.outstanding.remove(&offset) {
-            return None;
-        }
+        self.outstanding.remove(&offset)?;
         if was_started {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
-        let next = match self.outstanding.first() {
-            Some(first) => *first,
+        let next = match self.outstanding.first_key_value() {
+            Some((first, _)) => *first,
             None => self.highest_received? + 1,
         };
         if self.last_stored.is_none_or(|s| next > s) {
@@ -61,7 +61,14 @@ impl PartitionTracker {
 
     /// The oldest offset not yet completed: the head of the line.
     pub fn head(&self) -> Option<i64> {
-        self.outstanding.first().copied()
+        self.outstanding.first_key_value().map(|(o, _)| *o)
+    }
+
+    /// How long the head of the line has been outstanding (received, not completed).
+    pub fn head_age(&self, now: Instant) -> Option<Duration> {
+        self.outstanding
+            .first_key_value()
+            .map(|(_, at)| now.saturating_duration_since(*at))
     }
 }
 

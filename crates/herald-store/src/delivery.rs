@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use herald_core::retry::{NextState, RetryPolicy};
-use herald_core::{AttemptOutcome, BusinessKey, Channel, IntentState};
+use herald_core::{AttemptOutcome, Channel, IntentState};
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use crate::inspect::IntentRef;
 use crate::{Result, Store, StoreError};
 
 /// A claimed intent: its lease is held and its attempt row says `started`. Carries the
@@ -258,33 +259,21 @@ impl Store {
     /// operator are stored in `intent_resolutions`.
     pub async fn resolve_unknown(
         &self,
-        key: &BusinessKey,
+        intent: IntentRef<'_>,
         resolution: Resolution,
         reason: &str,
         operator: &str,
     ) -> Result<Uuid> {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
-        // notification_intents_business_key
+        let id = crate::inspect::intent_id(&*tx, intent, true).await?;
         let row = tx
-            .query_opt(
-                "SELECT id, state FROM notification_intents
-                 WHERE marketplace_id = $1 AND order_id = $2 AND event_kind = $3 AND channel = $4
-                 FOR UPDATE",
-                &[
-                    &key.marketplace_id,
-                    &key.order_id,
-                    &key.event_kind,
-                    &key.channel.as_str(),
-                ],
-            )
-            .await?
-            .ok_or_else(|| StoreError::NotFound(format!("no intent for {key}")))?;
-        let id: Uuid = row.get(0);
-        let state: String = row.get(1);
+            .query_one("SELECT state FROM notification_intents WHERE id = $1", &[&id])
+            .await?;
+        let state: String = row.get(0);
         if state != IntentState::Unknown.as_str() {
             return Err(StoreError::InvalidState(format!(
-                "intent {id} ({key}) is {state}, not unknown: only unknown intents are resolved"
+                "intent {id} ({intent}) is {state}, not unknown: only unknown intents are resolved"
             )));
         }
         tx.execute(

@@ -1,12 +1,88 @@
 //! Read-only views for operators: one intent with its payload, attempts, conflicts and
-//! outbox rows (`herald intent show`).
+//! outbox rows (`herald intent show`, `GET /v1/intents`), and the figures behind the
+//! database gauges.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use herald_core::BusinessKey;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::{Result, Store};
+use crate::{Connection, Result, Store, StoreError};
+
+/// How an operator names an intent: by business key or by id.
+#[derive(Debug, Clone, Copy)]
+pub enum IntentRef<'a> {
+    Key(&'a BusinessKey),
+    Id(Uuid),
+}
+
+impl std::fmt::Display for IntentRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IntentRef::Key(k) => write!(f, "{k}"),
+            IntentRef::Id(id) => write!(f, "intent {id}"),
+        }
+    }
+}
+
+/// `GET /v1/intents` and `herald intent list`: the intents of one order, optionally
+/// narrowed to an event kind and channel.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct IntentFilter {
+    pub marketplace_id: String,
+    pub order_id: String,
+    pub event_kind: Option<String>,
+    pub channel: Option<String>,
+}
+
+/// The database figures exported as gauges.
+#[derive(Debug, Clone, Copy)]
+pub struct BacklogSample {
+    /// Outbox rows due for publishing.
+    pub outbox_due: i64,
+    /// Age of the oldest due outbox row (zero when none).
+    pub outbox_oldest_age: Duration,
+    pub intents_unknown: i64,
+}
+
+/// Resolves an [`IntentRef`] to the intent's id (`FOR UPDATE` when `lock`).
+pub(crate) async fn intent_id(
+    conn: &impl tokio_postgres::GenericClient,
+    r: IntentRef<'_>,
+    lock: bool,
+) -> Result<Uuid> {
+    let lock = if lock { " FOR UPDATE" } else { "" };
+    let row = match r {
+        // notification_intents_business_key
+        IntentRef::Key(key) => {
+            conn.query_opt(
+                &format!(
+                    "SELECT id FROM notification_intents
+                     WHERE marketplace_id = $1 AND order_id = $2 AND event_kind = $3 AND channel = $4{lock}"
+                ),
+                &[
+                    &key.marketplace_id,
+                    &key.order_id,
+                    &key.event_kind,
+                    &key.channel.as_str(),
+                ],
+            )
+            .await?
+        }
+        // notification_intents_pkey
+        IntentRef::Id(id) => {
+            conn.query_opt(
+                &format!("SELECT id FROM notification_intents WHERE id = $1{lock}"),
+                &[&id],
+            )
+            .await?
+        }
+    };
+    row.map(|r| r.get(0))
+        .ok_or_else(|| StoreError::NotFound(format!("no intent for {r}")))
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct IntentView {
@@ -71,9 +147,70 @@ pub struct ConflictView {
 }
 
 impl Store {
-    pub async fn intent_view(&self, key: &BusinessKey) -> Result<Option<IntentView>> {
+    pub async fn intent_view(&self, r: IntentRef<'_>) -> Result<Option<IntentView>> {
         let conn = self.conn().await?;
-        // notification_intents_business_key
+        let id = match intent_id(&**conn, r, false).await {
+            Ok(id) => id,
+            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        view_by_id(&conn, id).await
+    }
+
+    /// The intents of one order (at most 4 event kinds x channels in practice; capped at
+    /// 100), each with its attempts and conflicts.
+    pub async fn intent_views(&self, f: &IntentFilter) -> Result<Vec<IntentView>> {
+        let conn = self.conn().await?;
+        // notification_intents_business_key (leading marketplace_id, order_id)
+        let ids: Vec<Uuid> = conn
+            .query(
+                "SELECT id FROM notification_intents
+                 WHERE marketplace_id = $1 AND order_id = $2
+                   AND ($3::text IS NULL OR event_kind = $3) AND ($4::text IS NULL OR channel = $4)
+                 ORDER BY event_kind, channel LIMIT 100",
+                &[&f.marketplace_id, &f.order_id, &f.event_kind, &f.channel],
+            )
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut views = Vec::with_capacity(ids.len());
+        for id in ids {
+            views.extend(view_by_id(&conn, id).await?);
+        }
+        Ok(views)
+    }
+
+    /// Outbox backlog and intents in `unknown`, for the gauges (index-only ranges:
+    /// outbox_available_at_idx and the partial notification_intents_state_idx).
+    pub async fn backlog_sample(&self) -> Result<BacklogSample> {
+        let conn = self.conn().await?;
+        let r = conn
+            .query_one(
+                "SELECT (SELECT count(*) FROM outbox WHERE available_at <= now()),
+                        (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(available_at)), 0)::float8
+                           FROM outbox WHERE available_at <= now()),
+                        (SELECT count(*) FROM notification_intents WHERE state = 'unknown')",
+                &[],
+            )
+            .await?;
+        Ok(BacklogSample {
+            outbox_due: r.get(0),
+            outbox_oldest_age: Duration::from_secs_f64(r.get::<_, f64>(1).max(0.0)),
+            intents_unknown: r.get(2),
+        })
+    }
+
+    /// Readiness: a connection from the pool answers a trivial query.
+    pub async fn ping(&self) -> Result<()> {
+        self.conn().await?.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+}
+
+async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
+    {
+        // notification_intents_pkey
         let Some(r) = conn
             .query_opt(
                 "SELECT i.id, i.marketplace_id, i.order_id, i.event_kind, i.channel, i.idempotency_key,
@@ -85,14 +222,13 @@ impl Store {
                         p.destination, p.locale, p.subject, octet_length(p.body_text), p.body_html IS NOT NULL,
                         (SELECT count(*) FROM outbox o WHERE o.intent_id = i.id)
                  FROM notification_intents i JOIN notification_payloads p ON p.digest = i.payload_digest
-                 WHERE i.marketplace_id = $1 AND i.order_id = $2 AND i.event_kind = $3 AND i.channel = $4",
-                &[&key.marketplace_id, &key.order_id, &key.event_kind, &key.channel.as_str()],
+                 WHERE i.id = $1",
+                &[&id],
             )
             .await?
         else {
             return Ok(None);
         };
-        let id: Uuid = r.get(0);
         // notification_attempts_intent_idx
         let attempts = conn
             .query(
@@ -170,19 +306,20 @@ impl Store {
     }
 }
 
-/// `s19@example.com` -> `s***@example.com`, `+15555550100` -> `+1******0100`.
+/// `s19@example.com` -> `s***@example.com`, `+15555550100` -> `+1555*****00`.
 pub fn mask_destination(d: &str) -> String {
     if let Some((local, domain)) = d.split_once('@') {
         let first: String = local.chars().take(1).collect();
         return format!("{first}***@{domain}");
     }
     let chars: Vec<char> = d.chars().collect();
-    if chars.len() <= 6 {
+    // Short numbers would show most of themselves: mask them whole.
+    if chars.len() < 11 {
         return "*".repeat(chars.len());
     }
-    let head: String = chars[..2].iter().collect();
-    let tail: String = chars[chars.len() - 4..].iter().collect();
-    format!("{head}{}{tail}", "*".repeat(chars.len() - 6))
+    let head: String = chars[..5].iter().collect();
+    let tail: String = chars[chars.len() - 2..].iter().collect();
+    format!("{head}{}{tail}", "*".repeat(chars.len() - 7))
 }
 
 #[cfg(test)]
@@ -192,7 +329,8 @@ mod tests {
     #[test]
     fn destinations_are_masked() {
         assert_eq!(mask_destination("s19@example.com"), "s***@example.com");
-        assert_eq!(mask_destination("+15555550100"), "+1******0100");
+        assert_eq!(mask_destination("+15555550100"), "+1555*****00");
         assert_eq!(mask_destination("+1234"), "*****");
+        assert_eq!(mask_destination("+123456789"), "**********");
     }
 }

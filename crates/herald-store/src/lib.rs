@@ -20,6 +20,7 @@ use tokio_postgres::NoTls;
 
 pub use deadpool_postgres::Object as Connection;
 pub use ingest::{Convergence, IngestTx, NewIntent};
+pub use inspect::{IntentFilter, IntentRef};
 pub use templates::PublishOutcome;
 
 #[derive(Debug, thiserror::Error)]

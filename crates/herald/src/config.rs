@@ -15,13 +15,15 @@ use herald_core::Channel;
 use herald_kafka::admin::TopicSpec;
 use herald_kafka::KafkaSettings;
 use herald_store::StoreConfig;
-use herald_telemetry::LogFormat;
+use herald_telemetry::{LogSettings, OtelSettings};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    pub log: LogConfig,
+    pub log: LogSettings,
+    pub telemetry: OtelSettings,
+    pub admin: AdminConfig,
     pub database: DatabaseConfig,
     pub kafka: KafkaConfig,
     pub ingest: IngestConfig,
@@ -33,18 +35,45 @@ pub struct Config {
     pub routes: Vec<Route>,
 }
 
+/// The admin HTTP endpoint: health, readiness, metrics and the inspection API.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct LogConfig {
-    pub format: LogFormat,
-    pub level: String,
+pub struct AdminConfig {
+    /// `host:port`; loopback by default. Empty: no admin endpoint.
+    pub listen: String,
+    /// Bearer token the mutating endpoints (resolve, dead-letter replay) require. Prefer
+    /// `token_file` or `HERALD_ADMIN__TOKEN`; without a token those endpoints answer 401.
+    pub token: Option<String>,
+    /// A file holding the token (trailing whitespace ignored).
+    pub token_file: Option<String>,
 }
 
-impl Default for LogConfig {
+impl Default for AdminConfig {
     fn default() -> Self {
         Self {
-            format: LogFormat::Json,
-            level: "info".into(),
+            listen: "127.0.0.1:9464".into(),
+            token: None,
+            token_file: None,
+        }
+    }
+}
+
+impl AdminConfig {
+    /// The configured token, from `token` or `token_file`; `None` when neither is set.
+    pub fn bearer_token(&self) -> anyhow::Result<Option<String>> {
+        if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
+            return Ok(Some(t.to_owned()));
+        }
+        match self.token_file.as_deref().filter(|f| !f.is_empty()) {
+            Some(f) => {
+                let t = std::fs::read_to_string(f).with_context(|| format!("admin.token_file {f}"))?;
+                let t = t.trim_end().to_owned();
+                if t.is_empty() {
+                    bail!("admin.token_file {f} is empty");
+                }
+                Ok(Some(t))
+            }
+            None => Ok(None),
         }
     }
 }
@@ -359,8 +388,10 @@ pub struct Route {
 }
 
 /// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 11] = [
     "log",
+    "telemetry",
+    "admin",
     "database",
     "kafka",
     "ingest",

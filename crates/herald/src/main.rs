@@ -4,14 +4,23 @@
 //! herald [--config FILE] migrate
 //! herald [--config FILE] topics ensure
 //! herald [--config FILE] template publish --template T --channel email|sms --locale L --revision R ...
-//! herald [--config FILE] intent show <marketplace_id> <order_id> <event_kind> <channel> [--json]
+//! herald [--config FILE] intent show <intent_id> | <marketplace_id> <order_id> <event_kind> <channel> [--json]
+//! herald [--config FILE] intent list <marketplace_id> <order_id> [--json]
+//! herald [--config FILE] intent resolve <business key> --as accepted|retry --reason R
+//! herald [--config FILE] dead-letter list [--reason R] [--json]
+//! herald [--config FILE] dead-letter replay --record P:O ... | --reason R | --all [--dry-run]
+//! herald [--config FILE] lag [--json]
 //! herald [--config FILE] run --roles ingest,relay
 //! ```
 
+mod admin;
 mod commands;
 mod config;
 mod deliver;
+mod gauges;
+mod health;
 mod ingest;
+mod obs;
 mod progress;
 mod relay;
 mod shutdown;
@@ -20,6 +29,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use herald_telemetry::Telemetry;
 
 use crate::config::Config;
 
@@ -58,6 +69,13 @@ enum Command {
         #[command(subcommand)]
         command: commands::intent::IntentCommand,
     },
+    /// Inspect and replay the dead-letter topic.
+    DeadLetter {
+        #[command(subcommand)]
+        command: commands::dead_letter::DeadLetterCommand,
+    },
+    /// Consumer lag and head-of-line age per partition, for both consumer groups.
+    Lag(commands::lag::LagArgs),
     /// Run the daemon with the given roles until SIGTERM or SIGINT.
     Run(commands::run::RunArgs),
 }
@@ -75,10 +93,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = herald_telemetry::init_logging(config.log.format, &config.log.level) {
-        eprintln!("herald: {e}");
-        return ExitCode::from(2);
-    }
+    // Only the daemon exports spans and metrics; operator commands just log.
+    let telemetry = match &cli.command {
+        Command::Run(_) => Telemetry::init(&config.log, &config.telemetry),
+        _ => Telemetry::init_logging(&config.log),
+    };
+    let telemetry = match telemetry {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("herald: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // Reads FAILPOINTS (e.g. `ingest-after-db-commit=sleep(600000)`) when built with the
     // `failpoints` feature; without it the named points compile to nothing.
     let scenario = fail::FailScenario::setup();
@@ -89,15 +115,26 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let obs = obs::Obs {
+        metrics: telemetry.metrics(),
+        tracing: telemetry.tracing_enabled(),
+    };
+    let scrape = telemetry.scrape_handle();
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Migrate => commands::migrate::run(&config).await,
             Command::Topics { command } => commands::topics::run(&config, command).await,
             Command::Template { command } => commands::template::run(&config, command).await,
             Command::Intent { command } => commands::intent::run(&config, command).await,
-            Command::Run(args) => commands::run::run(config, args).await,
+            Command::DeadLetter { command } => commands::dead_letter::run(&config, command).await,
+            Command::Lag(args) => commands::lag::run(&config, args).await,
+            Command::Run(args) => commands::run::run(config, args, obs, scrape).await,
         }
     });
+    // Tasks still running (a role's helpers) are dropped here; then buffered spans and
+    // metrics are flushed, outside the runtime (the OTLP client blocks).
+    drop(runtime);
+    telemetry.shutdown();
     scenario.teardown();
     match result {
         Ok(()) => ExitCode::SUCCESS,

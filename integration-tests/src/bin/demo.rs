@@ -12,11 +12,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use integration_tests::kafka::{committed_lag, produce, producer, read_all};
 use integration_tests::samples::{order_event, Seller};
-use integration_tests::{pg_connect, wait_for, PG_ADMIN_URL};
+use integration_tests::{http, pg_connect, wait_for, PG_ADMIN_URL};
 
 const ORDERS: &str = "order-events";
 const SELLERS: &str = "seller-profiles";
 const GROUP: &str = "herald-ingest";
+/// Herald's admin endpoint in config/local.toml, and Jaeger's query API.
+const ADMIN: &str = "127.0.0.1:19464";
+const JAEGER: &str = "127.0.0.1:16686";
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
@@ -147,16 +150,34 @@ async fn main() -> Result<()> {
             1,
         ),
     ];
+    // A second run converges on the first run's intents: its trace ends at "intent reused".
+    let first_run = db
+        .query_one(
+            "SELECT count(*) FROM notification_intents WHERE marketplace_id = 'acme' AND order_id = '8042'",
+            &[],
+        )
+        .await?
+        .get::<_, i64>(0)
+        == 0;
     let mut produced = 0;
+    // As an instrumented producer would: each order's events carry W3C trace context (one
+    // trace per order, one producer span per copy), which Herald continues to the send.
+    let mut traces = std::collections::BTreeMap::new();
     for (id, kind, m, order, seller, total, copies) in orders {
+        let trace_id = traces
+            .entry((m, order))
+            .or_insert_with(|| uuid::Uuid::new_v4().simple().to_string())
+            .clone();
         for copy in 0..copies {
             let value = order_event(&format!("{id}-{copy}"), kind, m, order, seller, total);
+            let span_id = &uuid::Uuid::new_v4().simple().to_string()[..16];
+            let traceparent = format!("00-{trace_id}-{span_id}-01");
             produce(
                 &p,
                 ORDERS,
                 Some(format!("{m}:{order}:{copy}").as_bytes()),
                 Some(&value),
-                &[],
+                &[("traceparent", traceparent.as_str())],
             )
             .await?;
             produced += 1;
@@ -267,7 +288,75 @@ async fn main() -> Result<()> {
         rows.len(),
         dlq_after.saturating_sub(dlq_before)
     );
-    println!("demo: inspect one with: target/debug/herald --config config/local.toml intent show acme 8042 order.created email");
+    let trace = &traces[&("acme", "8042")];
+    // The same order through Herald's admin API and in Jaeger, while herald still runs.
+    let (status, body) = http::request(
+        ADMIN,
+        "GET",
+        "/v1/intents?marketplace_id=acme&order_id=8042",
+        None,
+    )
+    .await?;
+    let states: Vec<String> = body["intents"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| {
+                    format!(
+                        "{} {}",
+                        i["channel"].as_str().unwrap_or("?"),
+                        i["state"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    println!(
+        "\ndemo: admin API GET /v1/intents?marketplace_id=acme&order_id=8042 -> {status}: {}",
+        states.join(", ")
+    );
+    let spans = wait_for(
+        "the trace of acme/8042 in Jaeger",
+        Duration::from_secs(30),
+        || async {
+            let (status, body) = http::request(JAEGER, "GET", &format!("/api/traces/{trace}"), None).await?;
+            let names: Vec<String> = body["data"][0]["spans"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s["operationName"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            // Complete once both provider calls are in (or, on a re-run, the reuse).
+            let has = |n: &str| names.iter().any(|x| x == n);
+            let done = status == 200
+                && if first_run {
+                    has("SES SendEmail") && has("SNS Publish")
+                } else {
+                    has("intent reused")
+                };
+            Ok(done.then_some(names))
+        },
+    )
+    .await
+    .context("Jaeger (127.0.0.1:16686) did not show the trace: is it running (make stack-status)?")?;
+    let mut kinds = spans.clone();
+    kinds.sort();
+    kinds.dedup();
+    println!(
+        "demo: Jaeger holds {} spans for trace {trace}: {}",
+        spans.len(),
+        kinds.join(", ")
+    );
+    println!("\ndemo: order acme/8042 side by side, as trace and as ledger:");
+    println!("  trace id      {trace}");
+    println!("  Jaeger        http://127.0.0.1:16686/trace/{trace}  (query API: http://127.0.0.1:16686/api/traces/{trace})");
+    println!("  admin API     http://127.0.0.1:19464/v1/intents?marketplace_id=acme&order_id=8042  (while herald runs: make run)");
+    println!("  metrics       http://127.0.0.1:19464/metrics");
+    println!("  ledger        target/debug/herald --config config/local.toml intent list acme 8042");
+    println!("  one intent    target/debug/herald --config config/local.toml intent show acme 8042 order.created email");
+    println!("  lag           target/debug/herald --config config/local.toml lag");
     Ok(())
 }
 

@@ -1,17 +1,33 @@
 use clap::Subcommand;
 use herald_core::{BusinessKey, Channel};
 use herald_store::delivery::Resolution;
-use herald_store::Store;
+use herald_store::inspect::IntentView;
+use herald_store::{IntentFilter, IntentRef, Store};
+use uuid::Uuid;
 
 use crate::config::Config;
 
 #[derive(Subcommand)]
 pub enum IntentCommand {
     /// Show one intent: payload digest, template revision, state, attempts, conflicts.
+    /// Name it by business key (`<marketplace_id> <order_id> <event_kind> <channel>`) or
+    /// by its id.
     Show {
-        #[command(flatten)]
-        key: KeyArgs,
+        #[arg(num_args = 1..=4, required = true, value_name = "INTENT_ID | BUSINESS KEY")]
+        which: Vec<String>,
         /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the intents of one order, one line each.
+    List {
+        marketplace_id: String,
+        order_id: String,
+        #[arg(long)]
+        event_kind: Option<String>,
+        #[arg(long)]
+        channel: Option<Channel>,
+        /// Print JSON (every intent in full) instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -59,7 +75,30 @@ pub enum ResolveAs {
 
 pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> {
     match command {
-        IntentCommand::Show { key, json } => show(config, key.into(), json).await,
+        IntentCommand::Show { which, json } => show(config, &which, json).await,
+        IntentCommand::List {
+            marketplace_id,
+            order_id,
+            event_kind,
+            channel,
+            json,
+        } => {
+            let store = Store::new(&config.store())?;
+            let views = store
+                .intent_views(&IntentFilter {
+                    marketplace_id,
+                    order_id,
+                    event_kind,
+                    channel: channel.map(|c| c.as_str().to_owned()),
+                })
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&views)?);
+            } else {
+                print_list(&views);
+            }
+            Ok(())
+        }
         IntentCommand::Resolve {
             key,
             resolution,
@@ -79,7 +118,7 @@ pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> 
             };
             let store = Store::new(&config.store())?;
             let id = store
-                .resolve_unknown(&key, resolution, reason.trim(), &operator)
+                .resolve_unknown(IntentRef::Key(&key), resolution, reason.trim(), &operator)
                 .await?;
             println!(
                 "intent {id} ({key}) resolved as {} by {operator}",
@@ -90,10 +129,51 @@ pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> 
     }
 }
 
-async fn show(config: &Config, key: BusinessKey, json: bool) -> anyhow::Result<()> {
+fn print_list(views: &[IntentView]) {
+    println!(
+        "{:<36}  {:<14}  {:<5}  {:<8}  {:<15}  {:>8}  {:<10}  LAST PROVIDER ID",
+        "INTENT", "EVENT KIND", "CHAN", "REVISION", "STATE", "ATTEMPTS", "LAST"
+    );
+    for v in views {
+        let last = v.attempts.last();
+        println!(
+            "{:<36}  {:<14}  {:<5}  {:<8}  {:<15}  {:>8}  {:<10}  {}",
+            v.id,
+            v.event_kind,
+            v.channel,
+            v.template_revision,
+            v.state,
+            v.attempts.len(),
+            last.map_or("-", |a| a.outcome.as_str()),
+            last.and_then(|a| a.provider_message_id.as_deref()).unwrap_or("-"),
+        );
+    }
+    if views.is_empty() {
+        println!("(no intents)");
+    }
+}
+
+async fn show(config: &Config, which: &[String], json: bool) -> anyhow::Result<()> {
+    let key;
+    let r = match which {
+        [id] => IntentRef::Id(
+            id.parse::<Uuid>()
+                .map_err(|_| anyhow::anyhow!("{id:?} is not an intent id; or give the business key: <marketplace_id> <order_id> <event_kind> <channel>"))?,
+        ),
+        [m, o, k, c] => {
+            key = BusinessKey {
+                marketplace_id: m.clone(),
+                order_id: o.clone(),
+                event_kind: k.clone(),
+                channel: c.parse().map_err(|e| anyhow::anyhow!("channel {c:?}: {e}"))?,
+            };
+            IntentRef::Key(&key)
+        }
+        _ => anyhow::bail!("give an intent id, or the business key: <marketplace_id> <order_id> <event_kind> <channel>"),
+    };
     let store = Store::new(&config.store())?;
-    let Some(v) = store.intent_view(&key).await? else {
-        anyhow::bail!("no intent for {key}");
+    let Some(v) = store.intent_view(r).await? else {
+        anyhow::bail!("no intent for {r}");
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -1,6 +1,8 @@
 //! One module per subcommand; each takes the validated configuration.
 
+pub mod dead_letter;
 pub mod intent;
+pub mod lag;
 pub mod migrate;
 pub mod run;
 pub mod template;

@@ -2,9 +2,14 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use herald_kafka::admin::Probe;
 use herald_store::Store;
+use herald_telemetry::ScrapeHandle;
 
+use crate::admin::AdminState;
 use crate::config::Config;
+use crate::health::{Health, RoleStatus};
+use crate::obs::Obs;
 use crate::shutdown::Shutdown;
 
 #[derive(Args)]
@@ -19,6 +24,16 @@ enum Role {
     Ingest,
     Relay,
     Deliver,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Ingest => "ingest",
+            Role::Relay => "relay",
+            Role::Deliver => "deliver",
+        }
+    }
 }
 
 fn parse_roles(names: &[String]) -> anyhow::Result<Vec<Role>> {
@@ -40,7 +55,7 @@ fn parse_roles(names: &[String]) -> anyhow::Result<Vec<Role>> {
     Ok(roles)
 }
 
-pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<()> {
+pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) -> anyhow::Result<()> {
     let roles = parse_roles(&args.roles)?;
     if roles.contains(&Role::Ingest) && config.routes.is_empty() {
         tracing::warn!("no routes configured: every order event will be skipped");
@@ -57,21 +72,63 @@ pub async fn run(config: Config, args: RunArgs) -> anyhow::Result<()> {
         }
     }
     let shutdown = Shutdown::install().context("installing signal handlers")?;
-    tracing::info!(roles = ?args.roles, version = env!("CARGO_PKG_VERSION"), "herald started");
+    tracing::info!(roles = ?args.roles, version = env!("CARGO_PKG_VERSION"), tracing = obs.tracing, "herald started");
+
+    let health = Health::new(
+        store.clone(),
+        Probe::new(&config.kafka_settings())?,
+        config.topic(&config.kafka.topics.deliveries),
+        obs.metrics.clone(),
+    );
+    let mut background = tokio::task::JoinSet::new();
+    background.spawn(health.clone().refresh_loop());
+    background.spawn(crate::gauges::watch_database(obs.metrics.clone(), store.clone()));
+    if !config.admin.listen.is_empty() {
+        let state = std::sync::Arc::new(AdminState {
+            store: store.clone(),
+            scrape,
+            health: health.clone(),
+            token: config.admin.bearer_token()?,
+            kafka: config.kafka_settings(),
+            dead_letter_topic: config.topic(&config.kafka.topics.dead_letter),
+        });
+        // Bound before the roles start, so a port clash fails start-up; served until
+        // shutdown (it keeps answering while the roles drain).
+        let listen = config.admin.listen.clone();
+        let server = crate::admin::bind(&listen).await?;
+        let sd = shutdown.clone();
+        background.spawn(async move {
+            if let Err(e) = crate::admin::serve(server, state, sd).await {
+                tracing::error!(error = %format!("{e:#}"), "admin endpoint stopped");
+            }
+        });
+    }
+
     // Each role runs until shutdown; the first to fail stops the process with its error
     // (the others are dropped: their uncommitted work is replayed by the next process).
     let mut tasks = tokio::task::JoinSet::new();
     for role in roles {
-        let (config, store, shutdown) = (config.clone(), store.clone(), shutdown.clone());
-        match role {
-            Role::Ingest => tasks.spawn(crate::ingest::run(config, store, shutdown)),
-            Role::Relay => tasks.spawn(crate::relay::run(config, store, shutdown)),
-            Role::Deliver => tasks.spawn(crate::deliver::run(config, store, shutdown)),
+        let (config, store, shutdown, obs) = (config.clone(), store.clone(), shutdown.clone(), obs.clone());
+        health.set_role(role.as_str(), RoleStatus::Running);
+        let work = async move {
+            let result = match role {
+                Role::Ingest => crate::ingest::run(config, store, shutdown, obs).await,
+                Role::Relay => crate::relay::run(config, store, shutdown, obs).await,
+                Role::Deliver => crate::deliver::run(config, store, shutdown, obs).await,
+            };
+            (role, result)
         };
+        tasks.spawn(work);
     }
     while let Some(done) = tasks.join_next().await {
-        done.context("a role panicked")??;
+        let (role, result) = done.context("a role panicked")?;
+        match &result {
+            Ok(()) => health.set_role(role.as_str(), RoleStatus::Stopped),
+            Err(e) => health.set_role(role.as_str(), RoleStatus::Failed(format!("{e:#}"))),
+        }
+        result?;
     }
+    background.abort_all();
     tracing::info!("herald stopped");
     Ok(())
 }

@@ -107,7 +107,7 @@ async fn claim_batch(ctx: &Arc<DeliveryContext>, batch: Vec<Taken>, records: &mp
     for (taken, outcome) in batch.into_iter().zip(outcomes) {
         match outcome {
             ClaimOutcome::Claimed(claimed) => {
-                ctx.stats.claimed();
+                ctx.stats.claimed(claimed.channel.as_str());
                 tokio::spawn(send::attempt(ctx.clone(), taken, *claimed, records.clone()));
             }
             ClaimOutcome::Skipped(reason) => {

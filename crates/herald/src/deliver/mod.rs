@@ -22,6 +22,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::config::Config;
+use crate::obs::{self, Obs};
 use crate::shutdown::Shutdown;
 pub use stats::DeliveryStats;
 
@@ -34,6 +35,7 @@ pub struct DeliveryContext {
     pub handle: DeliveryHandle,
     pub senders: send::Senders,
     pub stats: Arc<DeliveryStats>,
+    pub obs: Obs,
 }
 
 /// A message taken on: its work item, its intent, and the in-flight permit it holds until
@@ -42,9 +44,12 @@ pub struct Taken {
     pub work: Work,
     pub intent_id: Uuid,
     pub _permit: tokio::sync::OwnedSemaphorePermit,
+    /// `process herald.deliveries`, child of the relay's `send` span; ends when the
+    /// message is done (dropped with this).
+    pub span: tracing::Span,
 }
 
-pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
     let d = &config.delivery;
     let group = config.group(&d.group_id);
     let topic = config.topic(&config.kafka.topics.deliveries);
@@ -73,8 +78,15 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
         worker: worker.clone(),
         policies,
         handle: consumer.handle.clone(),
-        stats: Arc::new(DeliveryStats::default()),
+        stats: Arc::new(DeliveryStats::new(obs.metrics.clone())),
+        obs,
     });
+    let partition_gauges = tokio::spawn(crate::gauges::watch_partitions(
+        ctx.obs.metrics.clone(),
+        group.clone(),
+        consumer.handle.lag().clone(),
+        Some(consumer.handle.clone()),
+    ));
     info!(group = %group, topic = %topic, worker = %worker, max_in_flight = d.max_in_flight, "delivery consuming");
 
     let in_flight = Arc::new(Semaphore::new(d.max_in_flight));
@@ -111,11 +123,25 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
         if !ctx.handle.try_start(&work) {
             continue; // its partition was revoked: the next owner takes it
         }
+        let span = if ctx.obs.tracing {
+            let key = intent_id.to_string();
+            obs::process_span(
+                &topic,
+                &group,
+                work.partition,
+                work.offset,
+                Some(&key),
+                work.traceparent.as_deref(),
+            )
+        } else {
+            tracing::Span::none()
+        };
         if claim_tx
             .send(Taken {
                 work,
                 intent_id,
                 _permit: permit,
+                span,
             })
             .await
             .is_err()
@@ -144,6 +170,8 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
     let _ = tokio::time::timeout(drain, records).await;
     sweeper.abort();
     reporter.abort();
+    partition_gauges.abort();
+    ctx.obs.metrics.gauges().set_partitions(&group, []);
     consumer.work.close();
     tokio::task::spawn_blocking(move || consumer.shutdown()).await?;
     ctx.stats.log_totals();

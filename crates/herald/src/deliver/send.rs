@@ -2,7 +2,7 @@
 //! limiter, and the [`AttemptRecord`] that describes what happened.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use herald_channels::{
     AwsSettings, EmailMessage, ErrorCategory, Outcome, RateLimiter, SesSender, SmsMessage, SnsSender,
@@ -10,8 +10,11 @@ use herald_channels::{
 };
 use herald_core::Channel;
 use herald_store::delivery::{jitter, AttemptRecord, Claimed};
+use herald_store::inspect::mask_destination;
+use herald_telemetry::propagation::trace_id;
 use tokio::sync::mpsc;
-use tracing::{info, warn};
+use tracing::field::Empty;
+use tracing::{info, info_span, warn, Instrument};
 
 use super::batcher::Finished;
 use super::{DeliveryContext, Taken};
@@ -25,6 +28,14 @@ pub struct Senders {
 }
 
 impl Senders {
+    /// Waits for the channel's rate limiter (not part of the attempt's measured latency).
+    pub async fn rate_limit(&self, channel: Channel) {
+        match channel {
+            Channel::Email => self.email_rate.acquire().await,
+            Channel::Sms => self.sms_rate.acquire().await,
+        }
+    }
+
     pub async fn new(config: &Config) -> Self {
         let a = &config.aws;
         let settings = AwsSettings {
@@ -49,16 +60,60 @@ impl Senders {
     }
 }
 
-/// Sends one claimed attempt and hands its record to the record batcher.
-#[tracing::instrument(skip_all, fields(intent_id = %c.intent_id, attempt_no = c.attempt_no, channel = c.channel.as_str()))]
+/// Sends one claimed attempt and hands its record to the record batcher, under an
+/// `attempt` span (child of the message's `process` span) with the provider call as a
+/// CLIENT span inside it.
 pub async fn attempt(ctx: Arc<DeliveryContext>, taken: Taken, c: Claimed, records: mpsc::Sender<Finished>) {
-    let outcome = send(&ctx, &c).await;
+    let span = info_span!(parent: &taken.span, "attempt",
+        herald.intent.id = %c.intent_id, herald.attempt.id = %c.attempt_id, herald.attempt.number = c.attempt_no,
+        herald.channel = c.channel.as_str(), herald.after_unknown = c.after_unknown, herald.outcome = Empty);
+    attempt_in_span(ctx, taken, c, records, span.clone())
+        .instrument(span)
+        .await
+}
+
+async fn attempt_in_span(
+    ctx: Arc<DeliveryContext>,
+    taken: Taken,
+    c: Claimed,
+    records: mpsc::Sender<Finished>,
+    span: tracing::Span,
+) {
+    let channel = c.channel.as_str();
+    ctx.senders.rate_limit(c.channel).await;
+    let call = match c.channel {
+        Channel::Email => info_span!(
+            "SES SendEmail",
+            otel.kind = "client",
+            rpc.system = "aws-api",
+            rpc.service = "SESv2",
+            rpc.method = "SendEmail",
+            herald.outcome = Empty
+        ),
+        Channel::Sms => info_span!(
+            "SNS Publish",
+            otel.kind = "client",
+            rpc.system = "aws-api",
+            rpc.service = "SNS",
+            rpc.method = "Publish",
+            herald.outcome = Empty
+        ),
+    };
+    let started = Instant::now();
+    let outcome = send(&ctx, &c).instrument(call.clone()).await;
+    let took = started.elapsed();
     // Failure policy: a crash here, after the send and before the record, leaves the attempt
     // `started`: when its lease expires it is recorded `unknown` (the provider may well have
     // the message), never silently failed.
     fail::fail_point!("deliver-after-send");
     let policy = ctx.policies[&c.channel];
     let attempt_outcome = outcome.attempt_outcome();
+    call.record("herald.outcome", attempt_outcome.as_str());
+    span.record("herald.outcome", attempt_outcome.as_str());
+    drop(call);
+    ctx.obs
+        .metrics
+        .attempt_finished(channel, attempt_outcome.as_str(), took);
     let next = policy.next(attempt_outcome, c.attempt_no.max(1) as u32, jitter());
     let (provider_message_id, category, detail) = match &outcome {
         Outcome::Accepted { provider_message_id } => (Some(provider_message_id.clone()), None, None),
@@ -67,13 +122,20 @@ pub async fn attempt(ctx: Arc<DeliveryContext>, taken: Taken, c: Claimed, record
         | Outcome::Unknown { category, detail } => (None, Some(category.as_str()), Some(detail.clone())),
     };
     let log_next = format!("{next:?}");
+    let trace_id = c.trace_context.as_deref().and_then(trace_id);
+    let took_ms = took.as_millis() as u64;
     match &outcome {
-        Outcome::Accepted { .. } => info!(attempt_id = %c.attempt_id, outcome = attempt_outcome.as_str(),
-            after_unknown = c.after_unknown, trace_context = c.trace_context.as_deref(), next = %log_next, "attempt finished"),
+        Outcome::Accepted { .. } => {
+            info!(intent_id = %c.intent_id, attempt_id = %c.attempt_id, attempt_no = c.attempt_no,
+            channel, outcome = attempt_outcome.as_str(), after_unknown = c.after_unknown, took_ms, trace_id,
+            next = %log_next, "attempt finished")
+        }
         _ => {
-            warn!(attempt_id = %c.attempt_id, outcome = attempt_outcome.as_str(), category = category.unwrap_or("-"),
-            detail = detail.as_deref().unwrap_or("-"), after_unknown = c.after_unknown,
-            trace_context = c.trace_context.as_deref(), next = %log_next, "attempt finished")
+            // Provider messages can quote the address: never log it.
+            let detail = redact(detail.as_deref().unwrap_or("-"), c.destination.as_deref());
+            warn!(intent_id = %c.intent_id, attempt_id = %c.attempt_id, attempt_no = c.attempt_no, channel,
+            outcome = attempt_outcome.as_str(), category = category.unwrap_or("-"), detail = %detail,
+            after_unknown = c.after_unknown, took_ms, trace_id, next = %log_next, "attempt finished")
         }
     }
     let record = AttemptRecord {
@@ -109,7 +171,6 @@ async fn send(ctx: &DeliveryContext, c: &Claimed) -> Outcome {
                 ("herald_intent", intent.as_str()),
                 ("herald_attempt", attempt.as_str()),
             ];
-            s.email_rate.acquire().await;
             s.email
                 .send(&EmailMessage {
                     from,
@@ -123,7 +184,6 @@ async fn send(ctx: &DeliveryContext, c: &Claimed) -> Outcome {
                 .await
         }
         Channel::Sms => {
-            s.sms_rate.acquire().await;
             s.sms
                 .send(&SmsMessage {
                     phone: destination,
@@ -132,5 +192,30 @@ async fn send(ctx: &DeliveryContext, c: &Claimed) -> Outcome {
                 })
                 .await
         }
+    }
+}
+
+/// `detail` with every occurrence of `destination` masked.
+fn redact(detail: &str, destination: Option<&str>) -> String {
+    match destination.filter(|d| !d.is_empty()) {
+        Some(d) => detail.replace(d, &mask_destination(d)),
+        None => detail.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn provider_details_never_carry_the_destination() {
+        assert_eq!(
+            redact(
+                "Email address is not verified: s19@example.com",
+                Some("s19@example.com")
+            ),
+            "Email address is not verified: s***@example.com"
+        );
+        assert_eq!(redact("throttled", None), "throttled");
     }
 }

@@ -1,4 +1,5 @@
-//! Delivery counters, logged; exported as metrics by the observability issue.
+//! Delivery counters: totals for the periodic and final log lines; skips also go to the
+//! exported metrics (attempts are counted where they start and finish, with their channel).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -7,8 +8,8 @@ use std::time::Duration;
 
 use tracing::info;
 
-#[derive(Default)]
 pub struct DeliveryStats {
+    metrics: Arc<herald_telemetry::Metrics>,
     claimed: AtomicU64,
     recorded: AtomicU64,
     skipped: Mutex<BTreeMap<&'static str, u64>>,
@@ -16,11 +17,24 @@ pub struct DeliveryStats {
 }
 
 impl DeliveryStats {
-    pub fn claimed(&self) {
+    pub fn new(metrics: Arc<herald_telemetry::Metrics>) -> Self {
+        Self {
+            metrics,
+            claimed: AtomicU64::new(0),
+            recorded: AtomicU64::new(0),
+            skipped: Mutex::default(),
+            outcomes: Mutex::default(),
+        }
+    }
+
+    pub fn claimed(&self, channel: &str) {
         self.claimed.fetch_add(1, Relaxed);
+        self.metrics.attempt_started(channel);
+        self.metrics.gauges().add_in_flight(1);
     }
 
     pub fn skipped(&self, reason: &'static str) {
+        self.metrics.claim_skipped(reason);
         *self
             .skipped
             .lock()
@@ -31,6 +45,7 @@ impl DeliveryStats {
 
     pub fn recorded(&self, outcome: &'static str) {
         self.recorded.fetch_add(1, Relaxed);
+        self.metrics.gauges().add_in_flight(-1);
         *self
             .outcomes
             .lock()

@@ -14,11 +14,12 @@ use herald_store::Store;
 use tracing::{error, info, warn};
 
 use crate::config::Config;
+use crate::obs::Obs;
 use crate::shutdown::Shutdown;
 pub use batch::IngestContext;
 pub use stats::IngestStats;
 
-pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
     let group = config.group(&config.ingest.group_id);
     let order_topic = config.topic(&config.kafka.topics.order_events);
     let seller_topic = config.topic(&config.kafka.topics.seller_profiles);
@@ -26,13 +27,22 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
     let consumer = BatchConsumer::subscribe(&settings, &group, &[&order_topic, &seller_topic])?;
     let dead_letters =
         DeadLetterProducer::new(&settings, &config.topic(&config.kafka.topics.dead_letter), &group)?;
-    let stats = Arc::new(IngestStats::default());
+    let stats = Arc::new(IngestStats::new(obs.metrics.clone()));
+    let partition_gauges = tokio::spawn(crate::gauges::watch_partitions(
+        obs.metrics.clone(),
+        group.clone(),
+        consumer.lag().clone(),
+        None,
+    ));
     let ctx = IngestContext {
         config: config.clone(),
         store,
         dead_letters,
         seller_topic,
+        order_topic,
+        group: group.clone(),
         stats: stats.clone(),
+        obs,
     };
     let reporter = tokio::spawn(stats::report_every(stats.clone(), Duration::from_secs(10)));
     info!(group = %group, "ingest consuming");
@@ -83,6 +93,8 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
     }
     consumer.unsubscribe();
     reporter.abort();
+    partition_gauges.abort();
+    ctx.obs.metrics.gauges().set_partitions(&group, []);
     stats.log_totals();
     Ok(())
 }

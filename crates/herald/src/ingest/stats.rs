@@ -1,5 +1,5 @@
-//! Ingest counters. Kept in memory and logged; exported as metrics by the observability
-//! issue.
+//! Ingest counters: totals kept for the periodic and final log lines; the same events go
+//! to the exported metrics through `metrics`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tracing::info;
 
-#[derive(Default)]
 pub struct IngestStats {
+    pub metrics: Arc<herald_telemetry::Metrics>,
     pub messages: AtomicU64,
     pub batches: AtomicU64,
     pub failed_batches: AtomicU64,
@@ -22,6 +22,22 @@ pub struct IngestStats {
 }
 
 impl IngestStats {
+    pub fn new(metrics: Arc<herald_telemetry::Metrics>) -> Self {
+        Self {
+            metrics,
+            messages: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            failed_batches: AtomicU64::new(0),
+            intents_created: AtomicU64::new(0),
+            intents_suppressed: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            conflicts: AtomicU64::new(0),
+            no_route: AtomicU64::new(0),
+            dead_letters: AtomicU64::new(0),
+            seller_updates: AtomicU64::new(0),
+        }
+    }
+
     pub fn batch_failed(&self) {
         self.failed_batches.fetch_add(1, Relaxed);
     }

@@ -12,9 +12,10 @@ use herald_store::Store;
 use tracing::{debug, info, warn};
 
 use crate::config::Config;
+use crate::obs::{self, Obs};
 use crate::shutdown::Shutdown;
 
-pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
     let publisher = DeliveryPublisher::new(
         &config.kafka_settings(),
         &config.topic(&config.kafka.topics.deliveries),
@@ -36,7 +37,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
                 Err(e) => warn!(error = %e, "cannot LISTEN for outbox inserts; polling"),
             }
         }
-        match round(&store, &publisher, batch).await {
+        match round(&store, &publisher, batch, &obs).await {
             Ok(n) => {
                 backoff = Duration::from_millis(100);
                 published_total += n as u64;
@@ -71,8 +72,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown) -> a
 }
 
 /// Publishes up to `batch` due rows; returns how many were claimed.
-#[tracing::instrument(skip_all)]
-async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64) -> anyhow::Result<usize> {
+async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &Obs) -> anyhow::Result<usize> {
     let mut conn = store.conn().await?;
     let tx = RelayTx::begin(&mut conn).await?;
     let rows = tx.claim_due(batch).await?;
@@ -81,15 +81,34 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64) -> anyh
         return Ok(0);
     }
     let ids: Vec<String> = rows.iter().map(|r| r.intent_id.to_string()).collect();
-    let messages: Vec<DeliveryMessage<'_>> = rows
+    // `send herald.deliveries` per row, child of the context stored with the row; the
+    // message carries the send span's context on to delivery.
+    let spans: Vec<Option<tracing::Span>> = rows
         .iter()
         .zip(&ids)
-        .map(|(r, id)| DeliveryMessage {
+        .map(|(r, id)| {
+            obs.tracing
+                .then(|| obs::send_span(publisher.topic(), id, r.trace_context.as_deref()))
+        })
+        .collect();
+    let contexts: Vec<Option<String>> = rows
+        .iter()
+        .zip(&spans)
+        .map(|(r, span)| match span {
+            Some(s) => obs::traceparent_or(s, r.trace_context.as_deref()),
+            None => r.trace_context.clone(),
+        })
+        .collect();
+    let messages: Vec<DeliveryMessage<'_>> = ids
+        .iter()
+        .zip(&contexts)
+        .map(|(id, tc)| DeliveryMessage {
             intent_id: id,
-            trace_context: r.trace_context.as_deref(),
+            trace_context: tc.as_deref(),
         })
         .collect();
     let acked = publisher.publish_all(&messages).await;
+    drop(spans);
     let published: Vec<i64> = rows
         .iter()
         .zip(&acked)
@@ -100,6 +119,7 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64) -> anyh
     // commits, leaves the rows to be published again: a duplicate message, never a loss.
     fail::fail_point!("relay-after-publish");
     tx.finish(&published).await?;
+    obs.metrics.relay_published(published.len() as u64);
     debug!(claimed = rows.len(), published = published.len(), "relay round");
     Ok(rows.len())
 }

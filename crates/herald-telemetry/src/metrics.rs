@@ -1,0 +1,414 @@
+//! Every metric Herald exports, built once from one meter. Label values come only from
+//! bounded sets: channel, event kind (from the configured routes), template revision,
+//! outcome class, reason, consumer group, topic, partition and version. Never an order,
+//! seller, intent, destination or trace id: the series count must not grow with traffic.
+//!
+//! Prometheus names (the exporter adds `_total` to counters and `_seconds` to histograms
+//! in seconds) are listed in `deploy/prometheus/alerts.yml` and the Grafana dashboard; a
+//! test checks both against a real scrape.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry::metrics::{Counter, Histogram, Meter};
+use opentelemetry::KeyValue;
+
+/// Upper bounds (seconds) for latency histograms: a provider call takes tens to hundreds
+/// of milliseconds, a database commit a few.
+const LATENCY_BOUNDS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+const BATCH_BOUNDS: [f64; 10] = [1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0];
+
+pub struct Metrics {
+    intents_created: Counter<u64>,
+    duplicates_converged: Counter<u64>,
+    fingerprint_conflicts: Counter<u64>,
+    events_ignored: Counter<u64>,
+    dead_letters: Counter<u64>,
+    attempts_started: Counter<u64>,
+    attempts: Counter<u64>,
+    claims_skipped: Counter<u64>,
+    relay_published: Counter<u64>,
+    attempt_duration: Histogram<f64>,
+    ingest_batch_size: Histogram<u64>,
+    ingest_commit_duration: Histogram<f64>,
+    gauges: Arc<Gauges>,
+}
+
+impl Metrics {
+    pub fn new(meter: &Meter, version: &'static str) -> Self {
+        let gauges = Arc::new(Gauges::default());
+        register_gauges(meter, &gauges, version);
+        Self {
+            intents_created: meter
+                .u64_counter("herald_intents_created")
+                .with_description("Notification intents created (first sight of a business key and channel)")
+                .build(),
+            duplicates_converged: meter
+                .u64_counter("herald_duplicates_converged")
+                .with_description("Order events that converged on an existing intent with the same content")
+                .build(),
+            fingerprint_conflicts: meter
+                .u64_counter("herald_fingerprint_conflicts")
+                .with_description("Business keys reused with different content (recorded, never sent)")
+                .build(),
+            events_ignored: meter
+                .u64_counter("herald_events_ignored")
+                .with_description("Order events skipped without an intent, by reason")
+                .build(),
+            dead_letters: meter
+                .u64_counter("herald_dead_letters")
+                .with_description("Messages written to the dead-letter topic, by source and reason")
+                .build(),
+            attempts_started: meter
+                .u64_counter("herald_attempts_started")
+                .with_description("Delivery attempts started (claimed and recorded before the send)")
+                .build(),
+            attempts: meter
+                .u64_counter("herald_attempts")
+                .with_description("Delivery attempts finished, by channel and outcome class")
+                .build(),
+            claims_skipped: meter
+                .u64_counter("herald_claims_skipped")
+                .with_description("Delivery messages that started no attempt, by reason")
+                .build(),
+            relay_published: meter
+                .u64_counter("herald_relay_published")
+                .with_description("Outbox rows published to the deliveries topic")
+                .build(),
+            attempt_duration: meter
+                .f64_histogram("herald_attempt_duration")
+                .with_unit("s")
+                .with_description("Provider call duration of delivery attempts, by channel and outcome")
+                .with_boundaries(LATENCY_BOUNDS.to_vec())
+                .build(),
+            ingest_batch_size: meter
+                .u64_histogram("herald_ingest_batch_size")
+                .with_description("Messages per ingest poll batch (one transaction each)")
+                .with_boundaries(BATCH_BOUNDS.to_vec())
+                .build(),
+            ingest_commit_duration: meter
+                .f64_histogram("herald_ingest_commit_duration")
+                .with_unit("s")
+                .with_description("Time to converge and commit one ingest batch in PostgreSQL")
+                .with_boundaries(LATENCY_BOUNDS.to_vec())
+                .build(),
+            gauges,
+        }
+    }
+
+    pub fn gauges(&self) -> &Arc<Gauges> {
+        &self.gauges
+    }
+
+    pub fn intent_created(&self, event_kind: &str, channel: &str, template_revision: &str) {
+        self.intents_created.add(
+            1,
+            &[
+                KeyValue::new("event_kind", event_kind.to_owned()),
+                KeyValue::new("channel", channel.to_owned()),
+                KeyValue::new("template_revision", template_revision.to_owned()),
+            ],
+        );
+    }
+
+    pub fn duplicate_converged(&self, event_kind: &str, channel: &str) {
+        self.duplicates_converged
+            .add(1, &kind_channel(event_kind, channel));
+    }
+
+    pub fn fingerprint_conflict(&self, event_kind: &str, channel: &str) {
+        self.fingerprint_conflicts
+            .add(1, &kind_channel(event_kind, channel));
+    }
+
+    pub fn events_ignored(&self, reason: &'static str, n: u64) {
+        if n > 0 {
+            self.events_ignored.add(n, &[KeyValue::new("reason", reason)]);
+        }
+    }
+
+    /// `source` is the role that dead-lettered (`ingest`); `reason` a dead-letter reason
+    /// code.
+    pub fn dead_lettered(&self, source: &'static str, reason: &'static str) {
+        self.dead_letters.add(
+            1,
+            &[KeyValue::new("source", source), KeyValue::new("reason", reason)],
+        );
+    }
+
+    pub fn attempt_started(&self, channel: &str) {
+        self.attempts_started
+            .add(1, &[KeyValue::new("channel", channel.to_owned())]);
+    }
+
+    pub fn attempt_finished(&self, channel: &str, outcome: &str, took: Duration) {
+        let labels = [
+            KeyValue::new("channel", channel.to_owned()),
+            KeyValue::new("outcome", outcome.to_owned()),
+        ];
+        self.attempts.add(1, &labels);
+        self.attempt_duration.record(took.as_secs_f64(), &labels);
+    }
+
+    /// `reason`: `terminal`, `leased` or `not_due`.
+    pub fn claim_skipped(&self, reason: &'static str) {
+        self.claims_skipped.add(1, &[KeyValue::new("reason", reason)]);
+    }
+
+    pub fn relay_published(&self, n: u64) {
+        self.relay_published.add(n, &[]);
+    }
+
+    pub fn ingest_batch(&self, messages: usize, commit: Duration) {
+        self.ingest_batch_size.record(messages as u64, &[]);
+        self.ingest_commit_duration.record(commit.as_secs_f64(), &[]);
+    }
+}
+
+fn kind_channel(event_kind: &str, channel: &str) -> [KeyValue; 2] {
+    [
+        KeyValue::new("event_kind", event_kind.to_owned()),
+        KeyValue::new("channel", channel.to_owned()),
+    ]
+}
+
+/// Consumer group, topic and partition: the labels of per-partition gauges.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PartitionKey {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+}
+
+/// What is known of one assigned partition; `None` fields are not exported.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PartitionSample {
+    /// Messages received and not yet completed (delivery's out-of-order window).
+    pub outstanding: Option<i64>,
+    /// Age of the oldest outstanding message.
+    pub head_of_line_age: Option<Duration>,
+    /// librdkafka's `consumer_lag` (high watermark minus committed offset).
+    pub lag: Option<i64>,
+}
+
+/// Values observed at scrape time. Roles and the sampler task write them; the observable
+/// gauges read them.
+#[derive(Default)]
+pub struct Gauges {
+    outbox_backlog: AtomicI64,
+    /// f64 bits of the outbox's oldest row age in seconds.
+    outbox_oldest_age: AtomicU64,
+    intents_unknown: AtomicI64,
+    deliveries_in_flight: AtomicI64,
+    ready: AtomicBool,
+    /// Database-derived gauges are exported only once they have been measured.
+    database_sampled: AtomicBool,
+    partitions: Mutex<BTreeMap<PartitionKey, PartitionSample>>,
+}
+
+impl Gauges {
+    pub fn set_database(&self, outbox_backlog: i64, outbox_oldest_age: Duration, intents_unknown: i64) {
+        self.outbox_backlog.store(outbox_backlog, Relaxed);
+        self.outbox_oldest_age
+            .store(outbox_oldest_age.as_secs_f64().to_bits(), Relaxed);
+        self.intents_unknown.store(intents_unknown, Relaxed);
+        self.database_sampled.store(true, Relaxed);
+    }
+
+    pub fn add_in_flight(&self, delta: i64) {
+        self.deliveries_in_flight.fetch_add(delta, Relaxed);
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Relaxed);
+    }
+
+    pub fn ready(&self) -> bool {
+        self.ready.load(Relaxed)
+    }
+
+    /// Replaces every partition of `group` with `samples` (revoked partitions disappear).
+    pub fn set_partitions(
+        &self,
+        group: &str,
+        samples: impl IntoIterator<Item = (PartitionKey, PartitionSample)>,
+    ) {
+        let mut map = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|k, _| k.group != group);
+        map.extend(samples);
+    }
+
+    fn partitions(&self) -> Vec<(PartitionKey, PartitionSample)> {
+        let map = self.partitions.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+fn partition_labels(k: &PartitionKey) -> [KeyValue; 3] {
+    [
+        KeyValue::new("group", k.group.clone()),
+        KeyValue::new("topic", k.topic.clone()),
+        KeyValue::new("partition", i64::from(k.partition)),
+    ]
+}
+
+fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
+    // Observable instruments live as long as the meter provider once built; the handles
+    // returned here need not be kept.
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_outbox_backlog")
+        .with_description("Outbox rows not yet published to the deliveries topic")
+        .with_callback(move |o| {
+            if g.database_sampled.load(Relaxed) {
+                o.observe(g.outbox_backlog.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .f64_observable_gauge("herald_outbox_oldest_age")
+        .with_unit("s")
+        .with_description("Age of the oldest unpublished outbox row (0 when empty)")
+        .with_callback(move |o| {
+            if g.database_sampled.load(Relaxed) {
+                o.observe(f64::from_bits(g.outbox_oldest_age.load(Relaxed)), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_intents_unknown")
+        .with_description("Intents whose last attempt's outcome is unknown (held or awaiting retry)")
+        .with_callback(move |o| {
+            if g.database_sampled.load(Relaxed) {
+                o.observe(g.intents_unknown.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_deliveries_in_flight")
+        .with_description("Delivery attempts started in this process and not yet recorded")
+        .with_callback(move |o| o.observe(g.deliveries_in_flight.load(Relaxed), &[]))
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_ready")
+        .with_description("1 when PostgreSQL and Kafka are reachable and every role is running")
+        .with_callback(move |o| o.observe(i64::from(g.ready.load(Relaxed)), &[]))
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_partition_outstanding_offsets")
+        .with_description("Messages received and not yet completed, per assigned partition")
+        .with_callback(move |o| {
+            for (k, s) in g.partitions() {
+                if let Some(v) = s.outstanding {
+                    o.observe(v, &partition_labels(&k));
+                }
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .f64_observable_gauge("herald_partition_head_of_line_age")
+        .with_unit("s")
+        .with_description("Age of the oldest message not yet completed, per assigned partition")
+        .with_callback(move |o| {
+            for (k, s) in g.partitions() {
+                if let Some(v) = s.head_of_line_age {
+                    o.observe(v.as_secs_f64(), &partition_labels(&k));
+                }
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_kafka_consumer_lag")
+        .with_description("Consumer lag (high watermark minus committed offset) from librdkafka statistics")
+        .with_callback(move |o| {
+            for (k, s) in g.partitions() {
+                if let Some(v) = s.lag {
+                    o.observe(v, &partition_labels(&k));
+                }
+            }
+        })
+        .build();
+    meter
+        .i64_observable_gauge("herald_build_info")
+        .with_description("Herald's version; always 1")
+        .with_callback(move |o| o.observe(1, &[KeyValue::new("version", version)]))
+        .build();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::metrics::MeterProvider;
+    use opentelemetry_sdk::metrics::SdkMeterProvider;
+
+    fn scrape(f: impl FnOnce(&Metrics)) -> String {
+        let registry = prometheus::Registry::new();
+        let exporter = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .scope_info_enabled(false)
+            .without_target_info()
+            .build()
+            .expect("exporter");
+        let provider = SdkMeterProvider::builder().with_reader(exporter).build();
+        let m = Metrics::new(&provider.meter("test"), "9.9.9");
+        f(&m);
+        crate::render(&registry)
+    }
+
+    #[test]
+    fn names_and_labels_are_the_documented_ones() {
+        let text = scrape(|m| {
+            m.intent_created("order.created", "email", "3");
+            m.attempt_finished("sms", "accepted", Duration::from_millis(40));
+            m.claim_skipped("leased");
+            m.gauges().set_database(7, Duration::from_secs(3), 1);
+            m.gauges().set_partitions(
+                "herald-delivery",
+                [(
+                    PartitionKey {
+                        group: "herald-delivery".into(),
+                        topic: "herald.deliveries".into(),
+                        partition: 4,
+                    },
+                    PartitionSample {
+                        outstanding: Some(2),
+                        head_of_line_age: Some(Duration::from_secs(1)),
+                        lag: Some(5),
+                    },
+                )],
+            );
+        });
+        for line in [
+            r#"herald_intents_created_total{channel="email",event_kind="order.created",template_revision="3"} 1"#,
+            r#"herald_attempts_total{channel="sms",outcome="accepted"} 1"#,
+            r#"herald_attempt_duration_seconds_count{channel="sms",outcome="accepted"} 1"#,
+            r#"herald_claims_skipped_total{reason="leased"} 1"#,
+            "herald_outbox_backlog 7",
+            "herald_outbox_oldest_age_seconds 3",
+            "herald_intents_unknown 1",
+            r#"herald_kafka_consumer_lag{group="herald-delivery",partition="4",topic="herald.deliveries"} 5"#,
+            r#"herald_partition_head_of_line_age_seconds{group="herald-delivery",partition="4",topic="herald.deliveries"} 1"#,
+            r#"herald_build_info{version="9.9.9"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn database_gauges_are_absent_until_measured() {
+        let text = scrape(|_| {});
+        assert!(!text.contains("herald_outbox_backlog"), "{text}");
+        assert!(text.contains("herald_ready 0"), "{text}");
+    }
+}

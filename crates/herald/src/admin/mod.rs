@@ -1,0 +1,302 @@
+//! The admin HTTP endpoint (loopback by default): `/healthz`, `/readyz`, `/metrics`, the
+//! inspection API under `/v1` and its OpenAPI document at `/openapi.json`. Mutating
+//! endpoints need the configured bearer token and answer 401 (changing nothing) without it.
+
+mod auth;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use herald_kafka::inspect::{self, DeadLetterRecord};
+use herald_kafka::KafkaSettings;
+use herald_store::delivery::Resolution;
+use herald_store::{IntentFilter, IntentRef, Store, StoreError};
+use herald_telemetry::ScrapeHandle;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::health::Health;
+use crate::shutdown::Shutdown;
+
+const OPENAPI: &str = include_str!("openapi.json");
+/// Most dead-letter records read for one list or replay request.
+pub const DEAD_LETTER_LIMIT: usize = 10_000;
+const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct AdminState {
+    pub store: Store,
+    pub scrape: ScrapeHandle,
+    pub health: Arc<Health>,
+    pub token: Option<String>,
+    pub kafka: KafkaSettings,
+    pub dead_letter_topic: String,
+}
+
+type Shared = State<Arc<AdminState>>;
+
+pub fn router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .route("/v1/intents", get(list_intents))
+        .route("/v1/intents/{intent_id}", get(get_intent))
+        .route("/v1/intents/{intent_id}/resolve", post(resolve_intent))
+        .route("/v1/dead-letters", get(list_dead_letters))
+        .route("/v1/dead-letters/replay", post(replay_dead_letters))
+        .with_state(state)
+}
+
+/// Binds `listen` (`host:port`).
+pub async fn bind(listen: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    let addr: SocketAddr = listen
+        .parse()
+        .map_err(|e| anyhow::anyhow!("admin.listen {listen:?}: {e}"))?;
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("admin.listen {addr}: cannot bind: {e}"))
+}
+
+/// Serves on `listener` until shutdown.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<AdminState>,
+    mut shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    if state.token.is_none() {
+        tracing::warn!("admin.token is not set: resolve and dead-letter replay answer 401");
+    }
+    tracing::info!(listen = %listener.local_addr()?, "admin endpoint listening");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.requested().await })
+        .await?;
+    Ok(())
+}
+
+#[derive(Debug)]
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let status = match e {
+            StoreError::NotFound(_) => StatusCode::NOT_FOUND,
+            StoreError::InvalidState(_) => StatusCode::CONFLICT,
+            StoreError::Pool(_) | StoreError::Db(_) => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        ApiError(status, e.to_string())
+    }
+}
+
+fn unauthorised() -> ApiError {
+    ApiError(
+        StatusCode::UNAUTHORIZED,
+        "this endpoint needs `Authorization: Bearer <admin.token>`".into(),
+    )
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "alive", "version": env!("CARGO_PKG_VERSION") }))
+}
+
+async fn readyz(State(s): Shared) -> Response {
+    let r = s.health.check().await;
+    let status = if r.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(r)).into_response()
+}
+
+async fn metrics(State(s): Shared) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        s.scrape.render(),
+    )
+        .into_response()
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+#[derive(Serialize)]
+struct IntentList {
+    intents: Vec<herald_store::inspect::IntentView>,
+}
+
+async fn list_intents(State(s): Shared, Query(f): Query<IntentFilter>) -> Result<Json<IntentList>, ApiError> {
+    if f.marketplace_id.is_empty() || f.order_id.is_empty() {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "marketplace_id and order_id are required".into(),
+        ));
+    }
+    Ok(Json(IntentList {
+        intents: s.store.intent_views(&f).await?,
+    }))
+}
+
+fn intent_id(raw: &str) -> Result<Uuid, ApiError> {
+    raw.parse()
+        .map_err(|_| ApiError(StatusCode::BAD_REQUEST, format!("{raw:?} is not an intent id")))
+}
+
+async fn get_intent(
+    State(s): Shared,
+    Path(id): Path<String>,
+) -> Result<Json<herald_store::inspect::IntentView>, ApiError> {
+    let id = intent_id(&id)?;
+    match s.store.intent_view(IntentRef::Id(id)).await? {
+        Some(v) => Ok(Json(v)),
+        None => Err(ApiError(StatusCode::NOT_FOUND, format!("no intent {id}"))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResolveRequest {
+    #[serde(rename = "as")]
+    resolution: ResolveAs,
+    reason: String,
+    operator: Option<String>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum ResolveAs {
+    Accepted,
+    Retry,
+}
+
+async fn resolve_intent(
+    State(s): Shared,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Json(req): Json<ResolveRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if !auth::authorised(&headers, s.token.as_deref()) {
+        return Err(unauthorised());
+    }
+    let id = intent_id(&id)?;
+    let reason = req.reason.trim();
+    if reason.is_empty() {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "reason is empty: say why, it is stored with the resolution".into(),
+        ));
+    }
+    let resolution = match req.resolution {
+        ResolveAs::Accepted => Resolution::Accepted,
+        ResolveAs::Retry => Resolution::Retry,
+    };
+    let operator = req.operator.unwrap_or_else(|| "admin-api".into());
+    s.store
+        .resolve_unknown(IntentRef::Id(id), resolution, reason, &operator)
+        .await?;
+    tracing::warn!(intent_id = %id, resolved_as = resolution.as_str(), operator = %operator, "intent resolved through the admin API");
+    Ok(Json(serde_json::json!({
+        "intent_id": id,
+        "resolved_as": resolution.as_str(),
+        "operator": operator,
+    })))
+}
+
+async fn read_dead_letters(s: &AdminState) -> Result<Vec<DeadLetterRecord>, ApiError> {
+    let (settings, topic) = (s.kafka.clone(), s.dead_letter_topic.clone());
+    tokio::task::spawn_blocking(move || {
+        inspect::read_dead_letters(&settings, &topic, DEAD_LETTER_LIMIT, KAFKA_TIMEOUT)
+    })
+    .await
+    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+}
+
+#[derive(Serialize)]
+struct DeadLetterList {
+    topic: String,
+    records: Vec<DeadLetterRecord>,
+}
+
+async fn list_dead_letters(State(s): Shared) -> Result<Json<DeadLetterList>, ApiError> {
+    Ok(Json(DeadLetterList {
+        topic: s.dead_letter_topic.clone(),
+        records: read_dead_letters(&s).await?,
+    }))
+}
+
+/// Which dead-letter records to replay: the listed ones, all with a reason, or all.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaySelection {
+    #[serde(default)]
+    pub records: Vec<RecordRef>,
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub all: bool,
+}
+
+#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl ReplaySelection {
+    /// Refuses an empty selection: replaying everything must be asked for.
+    pub fn validate(&self) -> Result<(), String> {
+        let ways = usize::from(!self.records.is_empty())
+            + usize::from(self.reason.is_some())
+            + usize::from(self.all);
+        if ways != 1 {
+            return Err("choose exactly one of: records (partition and offset of each), reason, all".into());
+        }
+        Ok(())
+    }
+
+    pub fn picks(&self, r: &DeadLetterRecord) -> bool {
+        self.all
+            || self.reason.as_deref() == Some(r.reason.as_str())
+            || self.records.contains(&RecordRef {
+                partition: r.partition,
+                offset: r.offset,
+            })
+    }
+}
+
+async fn replay_dead_letters(
+    State(s): Shared,
+    headers: HeaderMap,
+    Json(sel): Json<ReplaySelection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if !auth::authorised(&headers, s.token.as_deref()) {
+        return Err(unauthorised());
+    }
+    sel.validate().map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
+    let chosen: Vec<DeadLetterRecord> = read_dead_letters(&s)
+        .await?
+        .into_iter()
+        .filter(|r| sel.picks(r))
+        .collect();
+    let replayed = inspect::replay(&s.kafka, &s.dead_letter_topic, &chosen)
+        .await
+        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
+    tracing::warn!(replayed, "dead letters replayed through the admin API");
+    Ok(Json(
+        serde_json::json!({ "replayed": replayed, "records": chosen }),
+    ))
+}

@@ -1,0 +1,71 @@
+//! Samplers behind the gauges: per-partition figures from the Kafka consumers (lag from
+//! librdkafka statistics; outstanding offsets and head-of-line age from delivery's
+//! tracker) and the outbox and `unknown` figures from PostgreSQL.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_kafka::delivery_consumer::DeliveryHandle;
+use herald_kafka::LagStats;
+use herald_store::Store;
+use herald_telemetry::{Metrics, PartitionKey, PartitionSample};
+
+/// How often the per-partition gauges are refreshed (librdkafka reports every 5 s).
+const PARTITION_EVERY: Duration = Duration::from_secs(2);
+/// How often the database is asked for the outbox backlog and `unknown` count.
+const DATABASE_EVERY: Duration = Duration::from_secs(10);
+
+/// Refreshes the per-partition gauges of `group` until dropped (the role aborts it and
+/// clears the group's gauges when it stops).
+pub async fn watch_partitions(
+    metrics: Arc<Metrics>,
+    group: String,
+    lag: LagStats,
+    delivery: Option<DeliveryHandle>,
+) {
+    {
+        let gauges = metrics.gauges();
+        loop {
+            let mut samples: BTreeMap<PartitionKey, PartitionSample> = BTreeMap::new();
+            for ((topic, partition), l) in lag.snapshot() {
+                let key = PartitionKey {
+                    group: group.clone(),
+                    topic,
+                    partition,
+                };
+                samples.entry(key).or_default().lag = Some(l);
+            }
+            if let Some(h) = &delivery {
+                for p in h.partitions() {
+                    let key = PartitionKey {
+                        group: group.clone(),
+                        topic: h.topic().to_owned(),
+                        partition: p.partition,
+                    };
+                    let s = samples.entry(key).or_default();
+                    s.outstanding = Some(p.outstanding as i64);
+                    s.head_of_line_age = Some(p.head_age.unwrap_or_default());
+                }
+            }
+            gauges.set_partitions(&group, samples);
+            tokio::time::sleep(PARTITION_EVERY).await;
+        }
+    }
+}
+
+/// Samples the outbox backlog and the intents in `unknown` until dropped. A failed
+/// sample keeps the last values (readiness reports the database itself).
+pub async fn watch_database(metrics: Arc<Metrics>, store: Store) {
+    {
+        loop {
+            match store.backlog_sample().await {
+                Ok(s) => metrics
+                    .gauges()
+                    .set_database(s.outbox_due, s.outbox_oldest_age, s.intents_unknown),
+                Err(e) => tracing::debug!(error = %e, "backlog sample failed"),
+            }
+            tokio::time::sleep(DATABASE_EVERY).await;
+        }
+    }
+}
