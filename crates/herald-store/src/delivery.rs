@@ -28,6 +28,8 @@ pub struct Claimed {
     pub channel: Channel,
     pub marketplace_id: String,
     pub trace_context: Option<String>,
+    /// For logs and spans: which template revision the frozen payload came from.
+    pub template_revision: String,
     pub started_at: DateTime<Utc>,
     pub destination: Option<String>,
     pub subject: Option<String>,
@@ -130,7 +132,7 @@ impl Store {
                        AND i.state IN ('pending', 'retry_scheduled')
                        AND (i.next_attempt_at IS NULL OR i.next_attempt_at <= now())
                     RETURNING i.id, req.attempt_id, i.attempt_count, i.channel, i.marketplace_id,
-                              i.payload_digest, i.trace_context,
+                              i.payload_digest, i.trace_context, i.template_revision,
                               EXISTS (SELECT 1 FROM notification_attempts a
                                       WHERE a.intent_id = i.id AND a.outcome = 'unknown') AS after_unknown
                  ), attempts AS (
@@ -139,7 +141,8 @@ impl Store {
                     RETURNING id, started_at
                  )
                  SELECT c.id, c.attempt_id, c.attempt_count, c.channel, c.marketplace_id, c.trace_context,
-                        c.after_unknown, a.started_at, p.destination, p.subject, p.body_text, p.body_html
+                        c.after_unknown, a.started_at, p.destination, p.subject, p.body_text, p.body_html,
+                        c.template_revision
                  FROM claimed c
                  JOIN attempts a ON a.id = c.attempt_id
                  JOIN notification_payloads p ON p.digest = c.payload_digest",
@@ -164,6 +167,7 @@ impl Store {
                 subject: r.get(9),
                 body_text: r.get(10),
                 body_html: r.get(11),
+                template_revision: r.get(12),
             };
             claimed.insert(c.intent_id, c);
         }

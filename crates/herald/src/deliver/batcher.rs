@@ -108,6 +108,12 @@ async fn claim_batch(ctx: &Arc<DeliveryContext>, batch: Vec<Taken>, records: &mp
         match outcome {
             ClaimOutcome::Claimed(claimed) => {
                 ctx.stats.claimed(claimed.channel.as_str());
+                tracing::info!(intent_id = %claimed.intent_id, attempt_id = %claimed.attempt_id,
+                    attempt_no = claimed.attempt_no, channel = claimed.channel.as_str(),
+                    template_revision = %claimed.template_revision, outcome = "started",
+                    after_unknown = claimed.after_unknown,
+                    trace_id = claimed.trace_context.as_deref().and_then(herald_telemetry::propagation::trace_id),
+                    "attempt started");
                 tokio::spawn(send::attempt(ctx.clone(), taken, *claimed, records.clone()));
             }
             ClaimOutcome::Skipped(reason) => {

@@ -198,7 +198,10 @@ async fn sweep_loop(ctx: Arc<DeliveryContext>) {
         tokio::time::sleep(every).await;
         match ctx.store.expire_leases(&ctx.policies, 500).await {
             Ok(0) => {}
-            Ok(n) => info!(intents = n, "expired leases recorded unknown"),
+            Ok(n) => warn!(
+                intents = n,
+                "expired leases: attempts of dead workers recorded unknown"
+            ),
             Err(e) => warn!(error = %e, "lease sweep failed"),
         }
     }

@@ -66,7 +66,8 @@ impl Senders {
 pub async fn attempt(ctx: Arc<DeliveryContext>, taken: Taken, c: Claimed, records: mpsc::Sender<Finished>) {
     let span = info_span!(parent: &taken.span, "attempt",
         herald.intent.id = %c.intent_id, herald.attempt.id = %c.attempt_id, herald.attempt.number = c.attempt_no,
-        herald.channel = c.channel.as_str(), herald.after_unknown = c.after_unknown, herald.outcome = Empty);
+        herald.channel = c.channel.as_str(), herald.template.revision = %c.template_revision,
+        herald.after_unknown = c.after_unknown, herald.outcome = Empty);
     attempt_in_span(ctx, taken, c, records, span.clone())
         .instrument(span)
         .await
@@ -134,7 +135,7 @@ async fn attempt_in_span(
             // Provider messages can quote the address: never log it.
             let detail = redact(detail.as_deref().unwrap_or("-"), c.destination.as_deref());
             warn!(intent_id = %c.intent_id, attempt_id = %c.attempt_id, attempt_no = c.attempt_no, channel,
-            outcome = attempt_outcome.as_str(), category = category.unwrap_or("-"), detail = %detail,
+            template_revision = %c.template_revision, outcome = attempt_outcome.as_str(), category = category.unwrap_or("-"), detail = %detail,
             after_unknown = c.after_unknown, took_ms, trace_id, next = %log_next, "attempt finished")
         }
     }
