@@ -92,8 +92,8 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
             kafka: config.kafka_settings(),
             dead_letter_topic: config.topic(&config.kafka.topics.dead_letter),
         });
-        // Bound before the roles start, so a port clash fails start-up; served until
-        // shutdown (it keeps answering while the roles drain).
+        // Bound before the roles start, so that a port clash fails start-up. It stops
+        // serving when shutdown is requested: a draining process is no longer ready.
         let listen = config.admin.listen.clone();
         let server = crate::admin::bind(&listen).await?;
         let sd = shutdown.clone();
