@@ -12,7 +12,7 @@ HERALD       := target/debug/herald
 LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 
-.PHONY: help deps build lint fmt-check clippy rules test-all test demo \
+.PHONY: help deps build lint fmt-check clippy rules test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate delivery-rate
 
 help:
@@ -21,6 +21,8 @@ help:
 	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL, moto, toxiproxy and Jaeger"
 	@echo "make run           herald run (ingest, relay, deliver) on the local stack (foreground)"
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
+	@echo "make bench         the full benchmark (< 15 min): bench/results/, BENCHMARKS.md"
+	@echo "make bench-quick   one size of each measurement"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
 	@echo "make delivery-rate measure the delivery rate (ORDERS=1000 IN_FLIGHT=64 LATENCY_MS=50 PROVIDER=standin|moto)"
 
@@ -90,6 +92,20 @@ LATENCY_MS ?= 50
 PROVIDER   ?= standin
 delivery-rate: build stack-up
 	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-delivery-rate $(ORDERS) $(IN_FLIGHT) $(LATENCY_MS) $(PROVIDER)
+
+# Benchmarks: release builds (no failpoints) of herald and the bench driver, on the local
+# stack; results and charts under bench/results/. bench-quick runs one size of each.
+bench-build: deps
+	@echo "build: cargo build --release (herald, herald-bench)"
+	@$(CARGO) build --release -p herald -p integration-tests --bin herald --bin herald-bench
+
+bench: bench-build stack-up
+	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench
+	@$(LOCAL)/bench-plot.sh bench/results/latest.json bench/results
+
+bench-quick: bench-build stack-up
+	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench --quick --out bench/results/quick
+	@$(LOCAL)/bench-plot.sh bench/results/quick/latest.json bench/results/quick
 
 demo: migrate topics templates
 	@$(LOCAL)/demo.sh $(HERALD) $(LOCAL_CONFIG)

@@ -6,6 +6,7 @@
 //! Tests assert what a user would check: rows in PostgreSQL, messages on the dead-letter
 //! topic, committed offsets. They wait for conditions with a deadline, never sleep and hope.
 
+pub mod bench;
 pub mod http;
 pub mod kafka;
 pub mod moto;
@@ -376,6 +377,11 @@ impl HeraldProcess {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// Whether the process is still running.

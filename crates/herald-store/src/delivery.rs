@@ -119,35 +119,7 @@ impl Store {
         let attempt_ids: Vec<Uuid> = unique.iter().map(|_| Uuid::now_v7()).collect();
         // notification_intents_pkey; notification_attempts_intent_idx for after_unknown.
         let rows = tx
-            .query(
-                "WITH req AS (
-                    SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS r(intent_id, attempt_id)
-                 ), claimed AS (
-                    UPDATE notification_intents i
-                       SET state = 'sending', lease_owner = $3,
-                           lease_until = now() + make_interval(secs => $4::float8),
-                           attempt_count = i.attempt_count + 1, updated_at = now()
-                      FROM req
-                     WHERE i.id = req.intent_id
-                       AND i.state IN ('pending', 'retry_scheduled')
-                       AND (i.next_attempt_at IS NULL OR i.next_attempt_at <= now())
-                    RETURNING i.id, req.attempt_id, i.attempt_count, i.channel, i.marketplace_id,
-                              i.payload_digest, i.trace_context, i.template_revision,
-                              EXISTS (SELECT 1 FROM notification_attempts a
-                                      WHERE a.intent_id = i.id AND a.outcome = 'unknown') AS after_unknown
-                 ), attempts AS (
-                    INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, after_unknown, worker, trace_context)
-                    SELECT attempt_id, id, attempt_count, 'started', after_unknown, $3, trace_context FROM claimed
-                    RETURNING id, started_at
-                 )
-                 SELECT c.id, c.attempt_id, c.attempt_count, c.channel, c.marketplace_id, c.trace_context,
-                        c.after_unknown, a.started_at, p.destination, p.subject, p.body_text, p.body_html,
-                        c.template_revision
-                 FROM claimed c
-                 JOIN attempts a ON a.id = c.attempt_id
-                 JOIN notification_payloads p ON p.digest = c.payload_digest",
-                &[&unique, &attempt_ids, &worker, &lease.as_secs_f64()],
-            )
+            .query(CLAIM, &[&unique, &attempt_ids, &worker, &lease.as_secs_f64()])
             .await?;
         let mut claimed: HashMap<Uuid, Claimed> = HashMap::with_capacity(rows.len());
         for r in rows {
@@ -368,6 +340,44 @@ async fn apply_next_states(
     Ok(client.execute(&sql, &params).await?)
 }
 
+/// Claims due intents by id: lease, attempt row `started`, the frozen payload
+/// (notification_intents_pkey; notification_attempts_intent_idx for after_unknown).
+pub(crate) const CLAIM: &str = "WITH req AS (
+                    SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS r(intent_id, attempt_id)
+                 ), claimed AS (
+                    UPDATE notification_intents i
+                       SET state = 'sending', lease_owner = $3,
+                           lease_until = now() + make_interval(secs => $4::float8),
+                           attempt_count = i.attempt_count + 1, updated_at = now()
+                      FROM req
+                     WHERE i.id = req.intent_id
+                       AND i.state IN ('pending', 'retry_scheduled')
+                       AND (i.next_attempt_at IS NULL OR i.next_attempt_at <= now())
+                    RETURNING i.id, req.attempt_id, i.attempt_count, i.channel, i.marketplace_id,
+                              i.payload_digest, i.trace_context, i.template_revision,
+                              EXISTS (SELECT 1 FROM notification_attempts a
+                                      WHERE a.intent_id = i.id AND a.outcome = 'unknown') AS after_unknown
+                 ), attempts AS (
+                    INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, after_unknown, worker, trace_context)
+                    SELECT attempt_id, id, attempt_count, 'started', after_unknown, $3, trace_context FROM claimed
+                    RETURNING id, started_at
+                 )
+                 SELECT c.id, c.attempt_id, c.attempt_count, c.channel, c.marketplace_id, c.trace_context,
+                        c.after_unknown, a.started_at, p.destination, p.subject, p.body_text, p.body_html,
+                        c.template_revision
+                 FROM claimed c
+                 JOIN attempts a ON a.id = c.attempt_id
+                 JOIN notification_payloads p ON p.digest = c.payload_digest";
+
+/// Intents whose lease expired: dead workers' attempts
+/// (notification_intents_sending_lease_idx).
+pub(crate) const EXPIRED_LEASES: &str =
+    "SELECT id, channel, attempt_count, lease_owner FROM notification_intents
+     WHERE state = 'sending' AND lease_until < now() AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
+     ORDER BY lease_until
+     LIMIT $2
+     FOR UPDATE SKIP LOCKED";
+
 /// The sweep shared by [`Store::expire_leases`] and [`Store::claim`].
 async fn expire_in(
     client: &impl GenericClient,
@@ -376,16 +386,7 @@ async fn expire_in(
     limit: i64,
 ) -> Result<usize> {
     // notification_intents_sending_lease_idx
-    let rows = client
-        .query(
-            "SELECT id, channel, attempt_count, lease_owner FROM notification_intents
-             WHERE state = 'sending' AND lease_until < now() AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
-             ORDER BY lease_until
-             LIMIT $2
-             FOR UPDATE SKIP LOCKED",
-            &[&only, &limit],
-        )
-        .await?;
+    let rows = client.query(EXPIRED_LEASES, &[&only, &limit]).await?;
     if rows.is_empty() {
         return Ok(0);
     }

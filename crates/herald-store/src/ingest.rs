@@ -11,12 +11,18 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use herald_core::render::TemplateRevision;
 use herald_core::{
-    BusinessKey, Fingerprint, IdempotencyKey, IntentState, Payload, SellerProfile, SellerRecord,
+    BusinessKey, Channel, Fingerprint, IdempotencyKey, IntentState, OrderEvent, Payload, SellerProfile,
+    SellerRecord,
 };
 use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use crate::{sellers, templates, Connection, Result};
+
+/// Intents already holding some of a batch's keys (notification_intents_idempotency_key).
+pub(crate) const EXISTING_BY_IDEMPOTENCY_KEY: &str =
+    "SELECT idempotency_key, id, request_fingerprint FROM notification_intents
+     WHERE idempotency_key = ANY($1::text[])";
 
 /// Where a message came from, kept on the intent and on a conflict as evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +48,32 @@ pub struct NewIntent<'e> {
     /// The event as received, stored with a conflict as evidence (borrowed: it is only
     /// serialised when a conflict is found).
     pub event_document: &'e serde_json::Map<String, serde_json::Value>,
+}
+
+impl<'e> NewIntent<'e> {
+    /// The intent of `event` on `channel`, with its rendered, frozen `payload`.
+    pub fn new(
+        event: &'e OrderEvent,
+        channel: Channel,
+        payload: Payload,
+        trace_context: Option<String>,
+        source: SourceRef,
+    ) -> Self {
+        let key = event.business_key(channel);
+        Self {
+            idempotency_key: key.idempotency_key(),
+            key,
+            fingerprint: event.fingerprint.clone(),
+            seller_id: event.seller_id.clone(),
+            payload_digest: payload.digest(),
+            payload,
+            event_id: event.event_id.clone(),
+            occurred_at: event.occurred_at,
+            trace_context,
+            source,
+            event_document: &event.document,
+        }
+    }
 }
 
 /// What became of one [`NewIntent`], in input order.
@@ -268,14 +300,7 @@ impl<'a> IngestTx<'a> {
             return Ok(HashMap::new());
         }
         // notification_intents_idempotency_key
-        let rows = self
-            .tx
-            .query(
-                "SELECT idempotency_key, id, request_fingerprint FROM notification_intents
-                 WHERE idempotency_key = ANY($1::text[])",
-                &[&keys],
-            )
-            .await?;
+        let rows = self.tx.query(EXISTING_BY_IDEMPOTENCY_KEY, &[&keys]).await?;
         Ok(rows
             .into_iter()
             .map(|r| (r.get(0), (r.get(1), r.get(2))))

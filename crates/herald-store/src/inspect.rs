@@ -11,6 +11,15 @@ use uuid::Uuid;
 
 use crate::{Connection, Result, Store, StoreError};
 
+/// An intent's attempts (notification_attempts_intent_idx, on every partition).
+pub(crate) const ATTEMPTS_OF_INTENT: &str =
+    "SELECT attempt_no, outcome, after_unknown, worker, started_at, finished_at,
+            provider_message_id, error_category
+     FROM notification_attempts WHERE intent_id = $1 ORDER BY attempt_no";
+/// An intent by business key (notification_intents_business_key).
+pub(crate) const INTENT_BY_BUSINESS_KEY: &str = "SELECT id FROM notification_intents
+     WHERE marketplace_id = $1 AND order_id = $2 AND event_kind = $3 AND channel = $4";
+
 /// How an operator names an intent: by business key or by id.
 #[derive(Debug, Clone, Copy)]
 pub enum IntentRef<'a> {
@@ -58,10 +67,7 @@ pub(crate) async fn intent_id(
         // notification_intents_business_key
         IntentRef::Key(key) => {
             conn.query_opt(
-                &format!(
-                    "SELECT id FROM notification_intents
-                     WHERE marketplace_id = $1 AND order_id = $2 AND event_kind = $3 AND channel = $4{lock}"
-                ),
+                &format!("{INTENT_BY_BUSINESS_KEY}{lock}"),
                 &[
                     &key.marketplace_id,
                     &key.order_id,
@@ -231,12 +237,7 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
         };
         // notification_attempts_intent_idx
         let attempts = conn
-            .query(
-                "SELECT attempt_no, outcome, after_unknown, worker, started_at, finished_at,
-                        provider_message_id, error_category
-                 FROM notification_attempts WHERE intent_id = $1 ORDER BY attempt_no",
-                &[&id],
-            )
+            .query(ATTEMPTS_OF_INTENT, &[&id])
             .await?
             .into_iter()
             .map(|a| AttemptView {

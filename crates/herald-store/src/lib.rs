@@ -9,6 +9,7 @@ pub mod delivery;
 pub mod ingest;
 pub mod inspect;
 pub mod migrate;
+pub mod plans;
 pub mod relay;
 pub mod sellers;
 pub mod templates;

@@ -9,6 +9,16 @@ use uuid::Uuid;
 use crate::{Connection, Result, Store};
 
 /// The channel the `outbox_notify_after_insert` trigger notifies (migrations/V1).
+/// Due outbox rows, oldest first, skipping rows another relay holds
+/// (outbox_available_at_idx).
+pub(crate) const CLAIM_DUE: &str = "SELECT id, intent_id, trace_context FROM outbox
+     WHERE available_at <= now()
+     ORDER BY available_at, id
+     LIMIT $1
+     FOR UPDATE SKIP LOCKED";
+/// Published rows (outbox_pkey).
+pub(crate) const DELETE_PUBLISHED: &str = "DELETE FROM outbox WHERE id = ANY($1::int8[])";
+
 pub const OUTBOX_CHANNEL: &str = "herald_outbox";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,17 +44,7 @@ impl<'a> RelayTx<'a> {
     /// Up to `limit` due rows, oldest first, skipping rows another relay holds.
     pub async fn claim_due(&self, limit: i64) -> Result<Vec<OutboxRow>> {
         // outbox_available_at_idx (available_at, id)
-        let rows = self
-            .tx
-            .query(
-                "SELECT id, intent_id, trace_context FROM outbox
-                 WHERE available_at <= now()
-                 ORDER BY available_at, id
-                 LIMIT $1
-                 FOR UPDATE SKIP LOCKED",
-                &[&limit],
-            )
-            .await?;
+        let rows = self.tx.query(CLAIM_DUE, &[&limit]).await?;
         Ok(rows
             .into_iter()
             .map(|r| OutboxRow {
@@ -64,9 +64,7 @@ impl<'a> RelayTx<'a> {
     pub async fn finish(self, published: &[i64]) -> Result<()> {
         if !published.is_empty() {
             // outbox_pkey
-            self.tx
-                .execute("DELETE FROM outbox WHERE id = ANY($1::int8[])", &[&published])
-                .await?;
+            self.tx.execute(DELETE_PUBLISHED, &[&published]).await?;
         }
         self.tx.commit().await?;
         Ok(())

@@ -9,6 +9,12 @@ use crate::Result;
 
 /// Folds the records of one batch into the final record per seller, in offset order: a
 /// tombstone deletes whatever came before; among upserts the highest version wins.
+/// The profiles of a batch's sellers (sellers_pkey).
+pub(crate) const SELLERS_BY_KEY: &str =
+    "SELECT s.marketplace_id, s.seller_id, s.email, s.phone, s.locale, s.email_opt_in, s.sms_opt_in, s.version
+     FROM sellers s JOIN unnest($1::text[], $2::text[]) AS k(marketplace_id, seller_id)
+       ON s.marketplace_id = k.marketplace_id AND s.seller_id = k.seller_id";
+
 pub fn fold_seller_records(records: Vec<SellerRecord>) -> Vec<SellerRecord> {
     let mut order: Vec<(String, String)> = Vec::new();
     let mut last: HashMap<(String, String), SellerRecord> = HashMap::new();
@@ -98,14 +104,7 @@ pub(crate) async fn lookup(
     let m: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
     let s: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
     // sellers_pkey
-    let rows = client
-        .query(
-            "SELECT s.marketplace_id, s.seller_id, s.email, s.phone, s.locale, s.email_opt_in, s.sms_opt_in, s.version
-             FROM sellers s JOIN unnest($1::text[], $2::text[]) AS k(marketplace_id, seller_id)
-               ON s.marketplace_id = k.marketplace_id AND s.seller_id = k.seller_id",
-            &[&m, &s],
-        )
-        .await?;
+    let rows = client.query(SELLERS_BY_KEY, &[&m, &s]).await?;
     Ok(rows
         .into_iter()
         .map(|r| {

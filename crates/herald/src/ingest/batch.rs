@@ -150,7 +150,6 @@ async fn converge_batch(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::
         for &channel in &o.route.channels {
             match renderer.render(&o.route.template, channel, &o.event, seller) {
                 Ok(payload) => {
-                    let key = o.event.business_key(channel);
                     let span = message_span.as_ref().map(|parent| {
                         info_span!(parent: parent, "intent", otel.name = "converge intent",
                             herald.intent.id = Empty, herald.channel = channel.as_str(),
@@ -162,23 +161,12 @@ async fn converge_batch(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::
                         None => o.trace_context.clone(),
                     };
                     intent_spans.push(span);
-                    intents.push(NewIntent {
-                        idempotency_key: key.idempotency_key(),
-                        key,
-                        fingerprint: o.event.fingerprint.clone(),
-                        seller_id: o.event.seller_id.clone(),
-                        payload_digest: payload.digest(),
-                        payload,
-                        event_id: o.event.event_id.clone(),
-                        occurred_at: o.event.occurred_at,
-                        trace_context,
-                        source: SourceRef {
-                            topic: o.message.topic().to_owned(),
-                            partition: o.message.partition(),
-                            offset: o.message.offset(),
-                        },
-                        event_document: &o.event.document,
-                    });
+                    let source = SourceRef {
+                        topic: o.message.topic().to_owned(),
+                        partition: o.message.partition(),
+                        offset: o.message.offset(),
+                    };
+                    intents.push(NewIntent::new(&o.event, channel, payload, trace_context, source));
                 }
                 Err(e) => failures.push(e),
             }

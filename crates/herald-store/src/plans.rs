@@ -1,0 +1,146 @@
+//! The hot statements and the index each must use, for `EXPLAIN` checks: a test runs them
+//! against a populated database and fails when a plan stops using its index (a plan
+//! regression as `notification_intents` grows). The SQL is the very text the store runs.
+
+use tokio_postgres::types::ToSql;
+use uuid::Uuid;
+
+use crate::{Result, Store};
+
+/// One hot statement: where it runs, its SQL, and the indexes its plan may use (any one
+/// of them; the first is the one designed for it).
+pub struct HotStatement {
+    pub name: &'static str,
+    pub sql: &'static str,
+    pub indexes: &'static [&'static str],
+    params: fn() -> Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+fn texts() -> Vec<String> {
+    vec!["k-1".to_owned()]
+}
+
+/// Every statement on a per-event or per-attempt path.
+pub const HOT_STATEMENTS: &[HotStatement] = &[
+    HotStatement {
+        name: "ingest: intents already holding a batch's keys",
+        sql: crate::ingest::EXISTING_BY_IDEMPOTENCY_KEY,
+        indexes: &["notification_intents_idempotency_key"],
+        params: || vec![Box::new(texts())],
+    },
+    HotStatement {
+        name: "ingest: the batch's seller profiles",
+        sql: crate::sellers::SELLERS_BY_KEY,
+        indexes: &["sellers_pkey"],
+        params: || vec![Box::new(texts()), Box::new(texts())],
+    },
+    HotStatement {
+        name: "relay: due outbox rows",
+        sql: crate::relay::CLAIM_DUE,
+        indexes: &["outbox_available_at_idx"],
+        params: || vec![Box::new(500i64)],
+    },
+    HotStatement {
+        name: "relay: delete published rows",
+        sql: crate::relay::DELETE_PUBLISHED,
+        indexes: &["outbox_pkey"],
+        params: || vec![Box::new(vec![1i64, 2, 3])],
+    },
+    HotStatement {
+        name: "delivery: claim intents by id",
+        sql: crate::delivery::CLAIM,
+        indexes: &["notification_intents_pkey"],
+        params: || {
+            vec![
+                Box::new(vec![Uuid::nil()]),
+                Box::new(vec![Uuid::nil()]),
+                Box::new("worker".to_owned()),
+                Box::new(60.0f64),
+            ]
+        },
+    },
+    HotStatement {
+        name: "delivery: expired leases",
+        sql: crate::delivery::EXPIRED_LEASES,
+        // With few intents in `sending` the planner may prefer the partial index of
+        // non-terminal states; both stay small however large the table grows.
+        indexes: &[
+            "notification_intents_sending_lease_idx",
+            "notification_intents_state_idx",
+        ],
+        params: || vec![Box::new(None::<Vec<Uuid>>), Box::new(500i64)],
+    },
+    HotStatement {
+        name: "inspect: an intent by business key",
+        sql: crate::inspect::INTENT_BY_BUSINESS_KEY,
+        indexes: &["notification_intents_business_key"],
+        params: || {
+            vec![
+                Box::new("acme".to_owned()),
+                Box::new("1".to_owned()),
+                Box::new("order.created".to_owned()),
+                Box::new("email".to_owned()),
+            ]
+        },
+    },
+    HotStatement {
+        name: "inspect: an intent's attempts",
+        sql: crate::inspect::ATTEMPTS_OF_INTENT,
+        // Each partition's index is named after its columns.
+        indexes: &["intent_id_attempt_no_idx"],
+        params: || vec![Box::new(Uuid::nil())],
+    },
+];
+
+impl HotStatement {
+    /// What is wrong with `plan` (from [`Store::explain`]), if anything: none of the
+    /// statement's indexes is used, or a table with rows is scanned sequentially (empty
+    /// partitions, costed 0.00..0.00, are scanned at no cost and allowed).
+    pub fn check(&self, plan: &str) -> Option<String> {
+        if !self.indexes.iter().any(|i| plan.contains(i)) {
+            return Some(format!("uses none of {:?}", self.indexes));
+        }
+        plan.lines()
+            .find(|l| l.contains("Seq Scan on ") && !l.contains("cost=0.00..0.00 "))
+            .map(|l| format!("sequential scan: {}", l.trim()))
+    }
+}
+
+impl Store {
+    /// `EXPLAIN` (costs only; nothing is executed) of `statement` with sample parameters.
+    pub async fn explain(&self, statement: &HotStatement) -> Result<String> {
+        let conn = self.conn().await?;
+        let params = (statement.params)();
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
+        let rows = conn.query(&format!("EXPLAIN {}", statement.sql), &refs).await?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect::<Vec<_>>()
+            .join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HOT_STATEMENTS;
+
+    #[test]
+    fn the_check_finds_what_it_must() {
+        let relay = HOT_STATEMENTS
+            .iter()
+            .find(|s| s.name.starts_with("relay: due"))
+            .unwrap();
+        let good = "Limit  (cost=0.28..30.1 rows=500 width=50)\n  ->  Index Scan using outbox_available_at_idx on outbox";
+        assert_eq!(relay.check(good), None);
+        let seq = "Limit\n  ->  Sort\n        ->  Seq Scan on outbox  (cost=0.00..155.00 rows=6000 width=50)";
+        assert!(relay.check(seq).is_some());
+        let mixed = format!("{good}\n  ->  Seq Scan on outbox_2027  (cost=0.00..35.50 rows=2550 width=50)");
+        assert!(relay.check(&mixed).unwrap().contains("sequential scan"));
+        let empty_partition = format!(
+            "{good}\n  ->  Seq Scan on notification_attempts_default a  (cost=0.00..0.00 rows=1 width=0)"
+        );
+        assert_eq!(relay.check(&empty_partition), None);
+    }
+}

@@ -1,0 +1,304 @@
+//! Ingest measurements on one workload: order events already on the topic, 30% duplicates,
+//! 2% conflicting re-emissions, two channels per event, 1,000 opted-in sellers.
+//!
+//! - `limit_kafka`: a consumer that reads the topic and does nothing;
+//! - `limit_pg`: the same rows written by Herald's own set-based statements, in batches of
+//!   500, without Kafka;
+//! - `naive`: one transaction and one synchronous offset commit per event, with the same
+//!   statements (the straightforward at-least-once loop);
+//! - `herald`: `herald run --roles ingest`, from process start to lag 0.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use futures::future::join_all;
+use herald_core::render::{RenderOptions, Renderer};
+use herald_core::{Channel, OrderEvent, SellerRecord};
+use herald_store::ingest::SourceRef;
+use herald_store::{IngestTx, NewIntent, Store, StoreConfig};
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{ClientConfig, Message};
+
+use super::procstat::{self, Usage};
+use crate::kafka::{committed_lag, producer};
+use crate::samples::{opted_in_seller, order_event};
+use crate::{wait_for, TestEnv, BROKERS};
+
+pub const SELLERS: usize = 1000;
+const MAX_BYTES: usize = 64 * 1024;
+const CHANNELS: [Channel; 2] = [Channel::Email, Channel::Sms];
+
+/// What a workload of `events` holds.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    pub events: usize,
+    pub distinct: usize,
+    pub duplicates: usize,
+    pub conflicts: usize,
+}
+
+impl Workload {
+    pub fn new(events: usize) -> Self {
+        let duplicates = events * 30 / 100;
+        let conflicts = events * 2 / 100;
+        Self {
+            events,
+            distinct: events - duplicates - conflicts,
+            duplicates,
+            conflicts,
+        }
+    }
+
+    /// Intents the workload converges on: two per distinct order.
+    pub fn intents(&self) -> i64 {
+        (self.distinct * 2) as i64
+    }
+
+    /// (key, value) of event `n`: distinct orders first, then duplicates (same content,
+    /// new event id), then re-emissions of other orders with a changed total.
+    fn event(&self, n: usize) -> (String, Vec<u8>) {
+        let (order, total) = if n < self.distinct {
+            (n, "129.90")
+        } else if n < self.distinct + self.duplicates {
+            ((n * 7919) % self.distinct, "129.90")
+        } else {
+            let k = n - self.distinct - self.duplicates;
+            (
+                (k * (self.distinct / self.conflicts.max(1))) % self.distinct,
+                "130.00",
+            )
+        };
+        let seller = format!("seller-{}", order % SELLERS);
+        let order = order.to_string();
+        let value = order_event(
+            &format!("evt-{n}"),
+            "order.created",
+            "acme",
+            &order,
+            &seller,
+            total,
+        );
+        (order, value)
+    }
+
+    pub fn events(&self) -> Vec<(String, Vec<u8>)> {
+        (0..self.events).map(|n| self.event(n)).collect()
+    }
+}
+
+/// Seller profiles (key, value) of the workload.
+pub fn sellers() -> Vec<(Vec<u8>, Vec<u8>)> {
+    (0..SELLERS)
+        .map(|n| {
+            let s = format!("seller-{n}");
+            let p = opted_in_seller("acme", &s, "en");
+            (p.key(), p.value())
+        })
+        .collect()
+}
+
+/// Produces the sellers and then the events to the env's topics.
+pub async fn fill(env: &TestEnv, w: &Workload) -> Result<()> {
+    let p = producer()?;
+    let sellers_topic = env.topic("seller-profiles");
+    let profiles = sellers();
+    for r in join_all(profiles.iter().map(|(k, v)| {
+        p.send(
+            FutureRecord::to(&sellers_topic).key(k).payload(v),
+            Duration::from_secs(30),
+        )
+    }))
+    .await
+    {
+        ensure!(r.is_ok(), "produce failed: {:?}", r.err());
+    }
+    let orders_topic = env.topic("order-events");
+    let events = w.events();
+    for chunk in events.chunks(5000) {
+        let sends = chunk.iter().map(|(k, v)| {
+            p.send(
+                FutureRecord::to(&orders_topic).key(k).payload(v),
+                Duration::from_secs(60),
+            )
+        });
+        for r in join_all(sends).await {
+            ensure!(r.is_ok(), "produce failed: {:?}", r.err());
+        }
+    }
+    Ok(())
+}
+
+fn store(env: &TestEnv) -> Result<Store> {
+    Ok(Store::new(&StoreConfig {
+        url: env.db_url.clone(),
+        pool_size: 4,
+        connect_timeout: Duration::from_secs(5),
+    })?)
+}
+
+/// Converges `values` (order events) in one transaction with Herald's statements; `first`
+/// numbers their source offsets.
+async fn converge(store: &Store, values: &[&[u8]], first: i64) -> Result<()> {
+    let events: Vec<OrderEvent> = values
+        .iter()
+        .map(|v| OrderEvent::decode(v, MAX_BYTES))
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("decode: {}", e.detail))?;
+    let mut conn = store.conn().await?;
+    let tx = IngestTx::begin(&mut conn).await?;
+    let keys: Vec<(String, String)> = events
+        .iter()
+        .map(|e| (e.marketplace_id.clone(), e.seller_id.clone()))
+        .collect();
+    let profiles = tx.sellers(&keys).await?;
+    let renderer = Renderer::new(
+        tx.active_templates().await?,
+        RenderOptions {
+            default_locale: "en".into(),
+            sms_max_segments: 3,
+        },
+    );
+    let mut intents = Vec::with_capacity(events.len() * 2);
+    for (i, e) in events.iter().enumerate() {
+        let seller = profiles.get(&(e.marketplace_id.clone(), e.seller_id.clone()));
+        for channel in CHANNELS {
+            let payload = renderer
+                .render("order_created", channel, e, seller)
+                .map_err(|e| anyhow::anyhow!("render: {e}"))?;
+            let source = SourceRef {
+                topic: "bench".into(),
+                partition: 0,
+                offset: first + i as i64,
+            };
+            intents.push(NewIntent::new(e, channel, payload, None, source));
+        }
+    }
+    tx.converge(&intents).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The workload's seller profiles, written directly (untimed set-up).
+async fn apply_sellers(store: &Store) -> Result<()> {
+    let records: Vec<SellerRecord> = sellers()
+        .iter()
+        .map(|(k, v)| SellerRecord::decode(Some(k), Some(v), MAX_BYTES))
+        .collect::<Result<_, _>>()
+        .map_err(|e| anyhow::anyhow!("seller: {}", e.detail))?;
+    let mut conn = store.conn().await?;
+    let tx = IngestTx::begin(&mut conn).await?;
+    tx.apply_sellers(records).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Reads every event of the env's order topic and does nothing with them; events/s.
+pub async fn limit_kafka(env: &TestEnv, w: &Workload) -> Result<f64> {
+    let consumer = reader(&format!("{}bench-limit", env.prefix), &env.topic("order-events"))?;
+    let started = Instant::now();
+    for _ in 0..w.events {
+        consumer.recv().await?;
+    }
+    Ok(w.events as f64 / started.elapsed().as_secs_f64())
+}
+
+fn reader(group: &str, topic: &str) -> Result<StreamConsumer> {
+    let c: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", group)
+        .set("auto.offset.reset", "earliest")
+        .set("enable.auto.commit", "false")
+        .create()?;
+    c.subscribe(&[topic])?;
+    Ok(c)
+}
+
+/// The workload's rows written by Herald's statements in batches of 500, no Kafka;
+/// events/s (sellers applied first, untimed).
+pub async fn limit_pg(env: &TestEnv, w: &Workload) -> Result<f64> {
+    let store = store(env)?;
+    apply_sellers(&store).await?;
+    let events = w.events();
+    let values: Vec<&[u8]> = events.iter().map(|(_, v)| v.as_slice()).collect();
+    let started = Instant::now();
+    for (i, chunk) in values.chunks(500).enumerate() {
+        converge(&store, chunk, (i * 500) as i64).await?;
+    }
+    let rate = w.events as f64 / started.elapsed().as_secs_f64();
+    let intents = env.count("SELECT count(*) FROM notification_intents").await?;
+    ensure!(
+        intents == w.intents(),
+        "limit_pg: {intents} intents, expected {}",
+        w.intents()
+    );
+    Ok(rate)
+}
+
+/// One transaction and one synchronous offset commit per event, over the first `n` events
+/// of the topic (sellers written first, untimed); events/s.
+pub async fn naive(env: &TestEnv, n: usize) -> Result<f64> {
+    let store = store(env)?;
+    apply_sellers(&store).await?;
+    let consumer = reader(&format!("{}bench-naive", env.prefix), &env.topic("order-events"))?;
+    let started = Instant::now();
+    for i in 0..n {
+        let m = consumer.recv().await?;
+        converge(&store, &[m.payload().context("no payload")?], i as i64).await?;
+        consumer.commit_message(&m, CommitMode::Sync)?;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// `herald run --roles ingest` x `instances`: events/s from start to lag 0, and the first
+/// instance's resource use.
+pub async fn herald(env: &TestEnv, w: &Workload, instances: usize) -> Result<(f64, Usage)> {
+    let started = Instant::now();
+    let mut procs = Vec::new();
+    for i in 0..instances {
+        procs.push(env.spawn_ingest(&format!("ingest-{i}"), &[("HERALD_LOG__LEVEL", "warn")])?);
+    }
+    let group = env.group("herald-ingest");
+    let topics = [env.topic("order-events"), env.topic("seller-profiles")];
+    let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
+    wait_for("ingest lag 0", Duration::from_secs(900), || async {
+        Ok((committed_lag(&group, &refs)? == 0).then_some(()))
+    })
+    .await?;
+    let rate = (w.events + SELLERS) as f64 / started.elapsed().as_secs_f64();
+    let usage = procstat::usage(procs[0].pid().context("ingest exited")?)?;
+    for mut p in procs {
+        p.terminate(Duration::from_secs(60)).await?;
+    }
+    let intents = env.count("SELECT count(*) FROM notification_intents").await?;
+    ensure!(
+        intents == w.intents(),
+        "herald: {intents} intents, expected {}",
+        w.intents()
+    );
+    Ok((rate, usage))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use super::*;
+
+    #[test]
+    fn the_workload_has_the_stated_mix() {
+        let w = Workload::new(10_000);
+        assert_eq!((w.distinct, w.duplicates, w.conflicts), (6_800, 3_000, 200));
+        let mut totals: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (key, value) in w.events() {
+            let v: serde_json::Value = serde_json::from_slice(&value).unwrap();
+            totals
+                .entry(key)
+                .or_default()
+                .insert(v["order"]["total"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(totals.len(), w.distinct, "distinct orders");
+        let conflicting = totals.values().filter(|t| t.len() > 1).count();
+        assert_eq!(conflicting, w.conflicts, "each re-emission changes another order");
+    }
+}

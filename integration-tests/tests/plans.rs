@@ -1,0 +1,105 @@
+//! Plan checks: every hot statement keeps using its index on a populated database, so a
+//! plan regression (a sequential scan creeping in as `notification_intents` grows) fails
+//! `make test`. Only plans are asserted here, never timings.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use futures::future::join_all;
+use herald_store::plans::HOT_STATEMENTS;
+use herald_store::{Store, StoreConfig};
+use integration_tests::kafka::producer;
+use integration_tests::samples::{opted_in_seller, order_event};
+use integration_tests::TestEnv;
+use rdkafka::producer::FutureRecord;
+
+const SELLERS: usize = 300;
+const ORDERS: usize = 3000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_statements_use_their_indexes() -> Result<()> {
+    let env = TestEnv::new("plans", "").await?;
+    let ingest = env.spawn_ingest("ingest", &[])?;
+    let p = producer()?;
+    let sellers_topic = env.topic("seller-profiles");
+    let profiles: Vec<(Vec<u8>, Vec<u8>)> = (0..SELLERS)
+        .map(|n| {
+            let s = format!("seller-{n}");
+            let p = opted_in_seller("acme", &s, "en");
+            (p.key(), p.value())
+        })
+        .collect();
+    join_all(profiles.iter().map(|(k, v)| {
+        p.send(
+            FutureRecord::to(&sellers_topic).key(k).payload(v),
+            Duration::from_secs(30),
+        )
+    }))
+    .await;
+    env.wait_count(
+        "sellers stored",
+        "SELECT count(*) FROM sellers",
+        SELLERS as i64,
+        Duration::from_secs(60),
+    )
+    .await?;
+    let orders_topic = env.topic("order-events");
+    let events: Vec<(String, Vec<u8>)> = (0..ORDERS)
+        .map(|n| {
+            let seller = format!("seller-{}", n % SELLERS);
+            let order = n.to_string();
+            let v = order_event(
+                &format!("evt-{n}"),
+                "order.created",
+                "acme",
+                &order,
+                &seller,
+                "9.00",
+            );
+            (order, v)
+        })
+        .collect();
+    join_all(events.iter().map(|(k, v)| {
+        p.send(
+            FutureRecord::to(&orders_topic).key(k).payload(v),
+            Duration::from_secs(30),
+        )
+    }))
+    .await;
+    env.wait_count(
+        "intents created",
+        "SELECT count(*) FROM notification_intents",
+        (ORDERS * 2) as i64,
+        Duration::from_secs(120),
+    )
+    .await?;
+    drop(ingest);
+    // Attempts as delivery leaves them, one per intent, and fresh statistics.
+    env.db
+        .batch_execute(
+            "INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, worker, finished_at)
+             SELECT gen_random_uuid(), id, 1, 'accepted', 'plans', now() FROM notification_intents;
+             ANALYZE;",
+        )
+        .await?;
+
+    let store = Store::new(&StoreConfig {
+        url: env.db_url.clone(),
+        pool_size: 1,
+        connect_timeout: Duration::from_secs(5),
+    })?;
+    let mut failures = Vec::new();
+    for s in HOT_STATEMENTS {
+        let plan = store.explain(s).await?;
+        if let Some(problem) = s.check(&plan) {
+            failures.push(format!("{}: {problem}\n{plan}", s.name));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "plan regressions:\n{}",
+        failures.join("\n\n")
+    );
+    env.cleanup().await;
+    Ok(())
+}
