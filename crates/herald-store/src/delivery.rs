@@ -204,13 +204,7 @@ impl Store {
         // sweeper already marked unknown (lease expired while we were slow) gets its real
         // outcome: the ledger keeps the truth, the intent keeps the sweeper's decision.
         tx.execute(
-            "UPDATE notification_attempts a
-                SET outcome = r.outcome, finished_at = now(), provider_message_id = r.provider_message_id,
-                    error_category = r.error_category, error_detail = r.error_detail
-               FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-                    AS r(id, outcome, provider_message_id, error_category, error_detail)
-              WHERE a.id = r.id
-                AND (a.outcome = 'started' OR (a.outcome = 'unknown' AND a.error_category = 'lease_expired'))",
+            RECORD_ATTEMPTS,
             &[&ids, &outcomes, &provider_ids, &categories, &details],
         )
         .await?;
@@ -368,6 +362,15 @@ pub(crate) const CLAIM: &str = "WITH req AS (
                  FROM claimed c
                  JOIN attempts a ON a.id = c.attempt_id
                  JOIN notification_payloads p ON p.digest = c.payload_digest";
+
+/// Attempts' outcomes (notification_attempts_pkey (id, started_at): a lookup per partition).
+pub(crate) const RECORD_ATTEMPTS: &str = "UPDATE notification_attempts a
+    SET outcome = r.outcome, finished_at = now(), provider_message_id = r.provider_message_id,
+        error_category = r.error_category, error_detail = r.error_detail
+   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
+        AS r(id, outcome, provider_message_id, error_category, error_detail)
+  WHERE a.id = r.id
+    AND (a.outcome = 'started' OR (a.outcome = 'unknown' AND a.error_category = 'lease_expired'))";
 
 /// Intents whose lease expired: dead workers' attempts
 /// (notification_intents_sending_lease_idx).

@@ -60,6 +60,22 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         },
     },
     HotStatement {
+        name: "delivery: record attempts' outcomes",
+        sql: crate::delivery::RECORD_ATTEMPTS,
+        // Each partition's primary key (id, started_at), e.g. "notification_attempts_2026_12_pkey".
+        indexes: &["_pkey on notification_attempts"],
+        params: || {
+            let one = || vec![Some("x".to_owned())];
+            vec![
+                Box::new(vec![Uuid::nil()]),
+                Box::new(vec!["accepted".to_owned()]),
+                Box::new(one()),
+                Box::new(one()),
+                Box::new(one()),
+            ]
+        },
+    },
+    HotStatement {
         name: "delivery: expired leases",
         sql: crate::delivery::EXPIRED_LEASES,
         // With few intents in `sending` the planner may prefer the partial index of
