@@ -34,29 +34,13 @@ is_installed() {
   [ -x "$JAEGER_BIN" ] && [ "$(cat "$JAEGER_MARKER" 2>/dev/null)" = "$JAEGER_SPEC" ]
 }
 
-# The Go toolchain: PATH first, then the usual tarball location.
-find_go() {
-  local g
-  for g in "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go; do
-    [ -n "$g" ] && [ -x "$g" ] && { echo "$g"; return 0; }
-  done
-  return 1
-}
-
 do_install() {
   if is_installed; then
     say "already installed ($JAEGER_SPEC)"
     return 0
   fi
-  local go extra_flags=""
-  go="$(find_go)" || die "the Go toolchain ('go') is required to build jaeger and was not found on PATH or in /usr/local/go/bin; install Go >= 1.24 and retry"
-  # Keep the user's GOPATH/GOCACHE when HOME is writable; otherwise use private ones under .local.
-  # Checked before running go at all: any go command may create dirs under HOME (telemetry, in XDG_CONFIG_HOME).
-  if [ -z "${HOME:-}" ] || [ ! -d "$HOME" ] || [ ! -w "$HOME" ]; then
-    export GOPATH="$JAEGER_DIR/gopath" GOCACHE="$JAEGER_DIR/gocache" XDG_CONFIG_HOME="$JAEGER_DIR/config"
-    extra_flags=" -modcacherw"   # so a plain `rm -rf .local` works
-    say "HOME not writable: GOPATH=$GOPATH GOCACHE=$GOCACHE"
-  fi
+  go_toolchain jaeger 1.24 "$JAEGER_DIR"
+  local go="$GO" extra_flags="$GO_EXTRA_FLAGS"
   say "building $JAEGER_SPEC with $("$go" version | awk '{print $3}') (first run only: several minutes on 2 cores)"
   local t0; t0="$(now_s)"
   mkdir -p "$JAEGER_BIN_DIR"

@@ -204,6 +204,25 @@ with_lock() {
   )
 }
 
+# go_toolchain WHAT MIN_VERSION PRIVATE_DIR : sets GO (the Go binary: PATH first, then the
+# usual tarball location) and GO_EXTRA_FLAGS for building WHAT. Keeps the user's GOPATH/GOCACHE
+# when HOME is writable; otherwise uses private ones under PRIVATE_DIR (checked before running go
+# at all: any go command may create dirs under HOME, telemetry in XDG_CONFIG_HOME).
+# shellcheck disable=SC2034  # GO and GO_EXTRA_FLAGS are read by the sourcing script
+go_toolchain() {
+  local what="$1" min="$2" dir="$3" g
+  GO="" GO_EXTRA_FLAGS=""
+  for g in "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go; do
+    if [ -n "$g" ] && [ -x "$g" ]; then GO="$g"; break; fi
+  done
+  [ -n "$GO" ] || die "the Go toolchain ('go') is required to build $what and was not found on PATH or in /usr/local/go/bin; install Go >= $min and retry"
+  if [ -z "${HOME:-}" ] || [ ! -d "$HOME" ] || [ ! -w "$HOME" ]; then
+    export GOPATH="$dir/gopath" GOCACHE="$dir/gocache" XDG_CONFIG_HOME="$dir/config"
+    GO_EXTRA_FLAGS=" -modcacherw"   # so a plain `rm -rf .local` works
+    say "HOME not writable: GOPATH=$GOPATH GOCACHE=$GOCACHE"
+  fi
+}
+
 # dispatch USAGE_NAME ACTION : common install|start|stop|status|restart front end.
 dispatch() {
   local action="${1:-}"

@@ -256,10 +256,6 @@ impl DeliveryHandle {
         &self.shared.topic
     }
 
-    pub fn group(&self) -> &str {
-        &self.shared.group
-    }
-
     /// (outstanding, in flight) over all partitions.
     pub fn load(&self) -> (usize, usize) {
         let st = self.shared.lock();

@@ -12,10 +12,13 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::headers::*;
 use crate::{KafkaError, KafkaSettings, Result};
+
+/// Most dead-letter records read for one list or replay.
+pub const DEAD_LETTER_LIMIT: usize = 10_000;
 
 /// Header added to a replayed message: where in the dead-letter topic it came from.
 pub const REPLAYED_FROM: &str = "herald-replayed-from";
@@ -223,6 +226,45 @@ pub fn read_dead_letters(
     }
     out.sort_by_key(|r| (r.partition, r.offset));
     Ok(out)
+}
+
+/// Which dead-letter records to replay: the listed ones, all with a reason, or all.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ReplaySelection {
+    #[serde(default)]
+    pub records: Vec<RecordRef>,
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub all: bool,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl ReplaySelection {
+    /// Refuses an empty selection: replaying everything must be asked for.
+    pub fn validate(&self) -> Result<(), String> {
+        let ways = usize::from(!self.records.is_empty())
+            + usize::from(self.reason.is_some())
+            + usize::from(self.all);
+        if ways != 1 {
+            return Err("choose exactly one of: records (partition and offset of each), reason, all".into());
+        }
+        Ok(())
+    }
+
+    pub fn picks(&self, r: &DeadLetterRecord) -> bool {
+        self.all
+            || self.reason.as_deref() == Some(r.reason.as_str())
+            || self.records.contains(&RecordRef {
+                partition: r.partition,
+                offset: r.offset,
+            })
+    }
 }
 
 /// Produces each record back to its source topic with its original key, value and

@@ -69,15 +69,9 @@ impl Telemetry {
         logging::install(log, tracer)?;
 
         let registry = prometheus::Registry::new();
-        let prometheus = opentelemetry_prometheus::exporter()
-            .with_registry(registry.clone())
-            .scope_info_enabled(false)
-            .without_target_info()
-            .build()
-            .map_err(|e| TelemetryError::Prometheus(e.to_string()))?;
         let mut meters = SdkMeterProvider::builder()
             .with_resource(resource)
-            .with_reader(prometheus);
+            .with_reader(prometheus_reader(&registry)?);
         if let Some(endpoint) = otel.metrics_endpoint.as_deref().filter(|e| !e.is_empty()) {
             let exporter = opentelemetry_otlp::MetricExporter::builder()
                 .with_http()
@@ -120,11 +114,6 @@ impl Telemetry {
         self.tracer_provider.is_some()
     }
 
-    /// The Prometheus text exposition of every instrument.
-    pub fn render_prometheus(&self) -> String {
-        render(&self.registry)
-    }
-
     /// A handle the admin endpoint uses to render `/metrics`.
     pub fn scrape_handle(&self) -> ScrapeHandle {
         ScrapeHandle(self.registry.clone())
@@ -142,6 +131,19 @@ impl Telemetry {
             eprintln!("herald: metrics shutdown: {e}");
         }
     }
+}
+
+/// The reader that serves `registry` to the scrape: Herald's names as given (no scope
+/// labels, no `target_info`).
+fn prometheus_reader(
+    registry: &prometheus::Registry,
+) -> Result<opentelemetry_prometheus::PrometheusExporter, TelemetryError> {
+    opentelemetry_prometheus::exporter()
+        .with_registry(registry.clone())
+        .scope_info_enabled(false)
+        .without_target_info()
+        .build()
+        .map_err(|e| TelemetryError::Prometheus(e.to_string()))
 }
 
 /// Renders the Prometheus text exposition (`GET /metrics`).

@@ -227,10 +227,6 @@ impl Gauges {
         self.ready.store(ready, Relaxed);
     }
 
-    pub fn ready(&self) -> bool {
-        self.ready.load(Relaxed)
-    }
-
     /// Replaces every partition of `group` with `samples` (revoked partitions disappear).
     pub fn set_partitions(
         &self,
@@ -354,13 +350,8 @@ mod tests {
 
     fn scrape(f: impl FnOnce(&Metrics)) -> String {
         let registry = prometheus::Registry::new();
-        let exporter = opentelemetry_prometheus::exporter()
-            .with_registry(registry.clone())
-            .scope_info_enabled(false)
-            .without_target_info()
-            .build()
-            .expect("exporter");
-        let provider = SdkMeterProvider::builder().with_reader(exporter).build();
+        let reader = crate::prometheus_reader(&registry).expect("exporter");
+        let provider = SdkMeterProvider::builder().with_reader(reader).build();
         let m = Metrics::new(&provider.meter("test"), "9.9.9");
         f(&m);
         crate::render(&registry)

@@ -25,8 +25,12 @@ pub fn span_context_from(traceparent: &str) -> Option<SpanContext> {
 }
 
 /// Makes `traceparent` the parent of `span`. Must be called before the span is first
-/// entered (tracing-opentelemetry 0.34 refuses afterwards); a malformed value is ignored.
-pub fn set_remote_parent(span: &tracing::Span, traceparent: &str) {
+/// entered (tracing-opentelemetry 0.34 refuses afterwards); none or a malformed value
+/// leaves the span's parent as it is.
+pub fn set_remote_parent(span: &tracing::Span, traceparent: Option<&str>) {
+    let Some(traceparent) = traceparent else {
+        return;
+    };
     if span_context_from(traceparent).is_some() {
         // Fails only for a span already entered or not recorded by the OpenTelemetry
         // layer (tracing disabled): either way the span simply starts its own trace.

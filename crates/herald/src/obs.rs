@@ -46,9 +46,7 @@ pub fn process_span(
         messaging.kafka.offset = offset,
         messaging.kafka.message.key = key,
     );
-    if let Some(tp) = traceparent {
-        propagation::set_remote_parent(&span, tp);
-    }
+    propagation::set_remote_parent(&span, traceparent);
     span
 }
 
@@ -88,8 +86,6 @@ pub fn send_span(topic: &str, key: &str, traceparent: Option<&str>) -> Span {
         messaging.destination.name = topic,
         messaging.kafka.message.key = key,
     );
-    if let Some(tp) = traceparent {
-        propagation::set_remote_parent(&span, tp);
-    }
+    propagation::set_remote_parent(&span, traceparent);
     span
 }

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use herald_store::inspect::mask_destination;
 use integration_tests::kafka::{committed_lag, produce, producer, read_all};
 use integration_tests::samples::{order_event, Seller};
 use integration_tests::{http, pg_connect, wait_for, PG_ADMIN_URL};
@@ -227,7 +228,7 @@ async fn main() -> Result<()> {
     let rows = db
         .query(
             "SELECT i.marketplace_id, i.order_id, i.event_kind, i.channel, i.state, i.consent, i.template_revision,
-                    p.locale, coalesce(p.destination, '-'), left(i.payload_digest, 12),
+                    p.locale, p.destination, left(i.payload_digest, 12),
                     (SELECT count(*) FROM intent_conflicts c WHERE c.intent_id = i.id),
                     coalesce((SELECT string_agg(a.attempt_no || ':' || a.outcome || coalesce(' ' || a.provider_message_id, ''), ', ' ORDER BY a.attempt_no)
                               FROM notification_attempts a WHERE a.intent_id = i.id), '-')
@@ -276,7 +277,8 @@ async fn main() -> Result<()> {
             r.get::<_, String>(5),
             r.get::<_, String>(6),
             r.get::<_, String>(7),
-            mask(&r.get::<_, String>(8)),
+            r.get::<_, Option<String>>(8)
+                .map_or_else(|| "-".to_owned(), |d| mask_destination(&d)),
             r.get::<_, String>(9),
             r.get::<_, i64>(10),
             r.get::<_, String>(11),
@@ -358,12 +360,4 @@ async fn main() -> Result<()> {
     println!("  one intent    target/debug/herald --config config/local.toml intent show acme 8042 order.created email");
     println!("  lag           target/debug/herald --config config/local.toml lag");
     Ok(())
-}
-
-fn mask(d: &str) -> String {
-    match d.split_once('@') {
-        Some((local, domain)) => format!("{}***@{domain}", local.chars().next().unwrap_or('*')),
-        None if d.len() > 6 => format!("{}***{}", &d[..2], &d[d.len() - 4..]),
-        None => d.to_owned(),
-    }
 }

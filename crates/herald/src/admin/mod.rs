@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_kafka::inspect::{self, DeadLetterRecord};
+use herald_kafka::inspect::{self, DeadLetterRecord, ReplaySelection, DEAD_LETTER_LIMIT};
 use herald_kafka::KafkaSettings;
 use herald_store::delivery::Resolution;
 use herald_store::{IntentFilter, IntentRef, Store, StoreError};
@@ -25,8 +25,6 @@ use crate::health::Health;
 use crate::shutdown::Shutdown;
 
 const OPENAPI: &str = include_str!("openapi.json");
-/// Most dead-letter records read for one list or replay request.
-pub const DEAD_LETTER_LIMIT: usize = 10_000;
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct AdminState {
@@ -237,45 +235,6 @@ async fn list_dead_letters(State(s): Shared) -> Result<Json<DeadLetterList>, Api
         topic: s.dead_letter_topic.clone(),
         records: read_dead_letters(&s).await?,
     }))
-}
-
-/// Which dead-letter records to replay: the listed ones, all with a reason, or all.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct ReplaySelection {
-    #[serde(default)]
-    pub records: Vec<RecordRef>,
-    pub reason: Option<String>,
-    #[serde(default)]
-    pub all: bool,
-}
-
-#[derive(Deserialize, Clone, Copy, PartialEq, Eq)]
-pub struct RecordRef {
-    pub partition: i32,
-    pub offset: i64,
-}
-
-impl ReplaySelection {
-    /// Refuses an empty selection: replaying everything must be asked for.
-    pub fn validate(&self) -> Result<(), String> {
-        let ways = usize::from(!self.records.is_empty())
-            + usize::from(self.reason.is_some())
-            + usize::from(self.all);
-        if ways != 1 {
-            return Err("choose exactly one of: records (partition and offset of each), reason, all".into());
-        }
-        Ok(())
-    }
-
-    pub fn picks(&self, r: &DeadLetterRecord) -> bool {
-        self.all
-            || self.reason.as_deref() == Some(r.reason.as_str())
-            || self.records.contains(&RecordRef {
-                partition: r.partition,
-                offset: r.offset,
-            })
-    }
 }
 
 async fn replay_dead_letters(

@@ -5,12 +5,10 @@
 
 use std::time::Duration;
 
+use crate::config::Config;
 use anyhow::Context;
 use clap::Subcommand;
-use herald_kafka::inspect::{self, DeadLetterRecord};
-
-use crate::admin::{RecordRef, ReplaySelection, DEAD_LETTER_LIMIT};
-use crate::config::Config;
+use herald_kafka::inspect::{self, DeadLetterRecord, RecordRef, ReplaySelection, DEAD_LETTER_LIMIT};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -64,6 +64,12 @@ async fn converge_batch(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::
     // Per routed message, `process order-events` (child of the producer's span) when
     // spans are exported; ended once the batch is committed.
     let mut message_spans: Vec<Option<Span>> = Vec::new();
+    // The `receive` span's context, linked from each message's span (once per batch).
+    let batch_context = if ctx.obs.tracing {
+        propagation::traceparent_of(&Span::current())
+    } else {
+        None
+    };
     let mut poison: Vec<DeadLetter<'_>> = Vec::new();
     let mut no_route = 0u64;
     for m in batch {
@@ -91,8 +97,8 @@ async fn converge_batch(ctx: &IngestContext, batch: &[OwnedMessage]) -> anyhow::
                             trace_context.as_deref(),
                         );
                         // The poll batch it arrived in.
-                        if let Some(batch) = propagation::traceparent_of(&Span::current()) {
-                            propagation::add_link(&span, &batch);
+                        if let Some(batch) = &batch_context {
+                            propagation::add_link(&span, batch);
                         }
                         span
                     });
