@@ -1,7 +1,14 @@
 //! The delivery group's consumer: many attempts in flight per partition, offsets stored
-//! only up to the contiguous completed prefix, partitions paused (never buffered without
-//! bound) when the outstanding window is full, and revocations that wait (bounded) for the
+//! only up to the contiguous completed prefix, an outstanding window that is never
+//! exceeded (nothing buffered without bound), and revocations that wait (bounded) for the
 //! attempts in flight on the revoked partitions.
+//!
+//! Backpressure: when the window is full the poll loop stops taking messages; librdkafka
+//! keeps what it prefetched (bounded by `queued.max.messages.kbytes`) and stops fetching.
+//! Partitions are paused only when one partition holds its own limit (a stuck head of
+//! line), or when the window stays full for [`STALL`] (a stalled provider): pausing makes
+//! librdkafka throw away its prefetched messages and fetch them again on resume, which
+//! as routine backpressure starved the workers of messages.
 //!
 //! librdkafka runs rebalance callbacks inside `poll`, and the revoke callback here blocks
 //! until in-flight attempts are recorded; so the poll loop runs on its own OS thread
@@ -27,8 +34,9 @@ use crate::{KafkaSettings, LagStats, Result};
 /// Flow-control limits of the delivery consumer.
 #[derive(Debug, Clone)]
 pub struct FlowLimits {
-    /// Messages received and not yet completed, all partitions together. Above it every
-    /// partition is paused; below three quarters of it they resume.
+    /// Messages received and not yet completed, all partitions together. At it the poll
+    /// loop takes no more messages; when it stays there for [`STALL`], every partition is
+    /// paused until the window is below three quarters again.
     pub max_outstanding: usize,
     /// The same, per partition.
     pub max_outstanding_per_partition: usize,
@@ -323,11 +331,36 @@ impl DeliveryConsumer {
     }
 }
 
+/// How long the window may stay full before every partition is paused. Until then the
+/// poll loop just waits; after it, it pauses and polls again (rebalance callbacks and
+/// statistics are served from `poll`).
+pub const STALL: Duration = Duration::from_millis(200);
+
+/// Waits while the window is full, up to [`STALL`]. Returns whether it is still full.
+fn wait_for_window(shared: &Shared, stop: &AtomicBool) -> bool {
+    let limit = shared.limits.max_outstanding;
+    let until = Instant::now() + STALL;
+    let mut st = shared.lock();
+    while st.total_outstanding >= limit {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stop.load(Ordering::SeqCst) {
+            return true;
+        }
+        st = shared
+            .completed
+            .wait_timeout(st, left.min(Duration::from_millis(20)))
+            .map(|(g, _)| g)
+            .unwrap_or_else(|e| e.into_inner().0);
+    }
+    false
+}
+
 fn poll_loop(consumer: Arc<Client>, shared: Arc<Shared>, tx: mpsc::Sender<Work>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
+        let stalled = wait_for_window(&shared, &stop);
         // While paused, nothing arrives to end a long poll: look again soon, so that a
         // window that drained resumes its partitions without waiting out the timeout.
-        let paused = flow_control(&consumer, &shared);
+        let paused = flow_control(&consumer, &shared, stalled);
         let timeout = if paused {
             Duration::from_millis(5)
         } else {
@@ -367,8 +400,9 @@ fn poll_loop(consumer: Arc<Client>, shared: Arc<Shared>, tx: mpsc::Sender<Work>,
             traceparent,
         };
         drop(msg);
-        // The channel holds at most max_outstanding items and partitions pause before
-        // that, so this rarely waits; when it does, only polling is delayed.
+        // The channel holds max_outstanding items and the loop stops taking messages at
+        // that many outstanding, so this rarely waits; when it does, only polling is
+        // delayed.
         if tx.blocking_send(work).is_err() {
             break;
         }
@@ -384,12 +418,12 @@ fn poll_loop(consumer: Arc<Client>, shared: Arc<Shared>, tx: mpsc::Sender<Work>,
     }
 }
 
-/// Pauses partitions whose window is full (or all, when the global window is), and
-/// resumes them below three quarters. Returns whether any partition stays paused.
-fn flow_control(consumer: &Client, shared: &Shared) -> bool {
+/// Pauses partitions whose own window is full (or all, when the global window `stalled`),
+/// and resumes them below three quarters. Returns whether any partition stays paused.
+fn flow_control(consumer: &Client, shared: &Shared, stalled: bool) -> bool {
     let limits = &shared.limits;
     let mut st = shared.lock();
-    let global_full = st.total_outstanding >= limits.max_outstanding;
+    let global_full = stalled && st.total_outstanding >= limits.max_outstanding;
     let global_low = st.total_outstanding <= limits.max_outstanding * 3 / 4;
     let mut pause = TopicPartitionList::new();
     let mut resume = TopicPartitionList::new();

@@ -9,9 +9,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
 use herald_core::retry::{NextState, RetryPolicy};
 use herald_core::{AttemptOutcome, Channel, IntentState};
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
 use crate::inspect::IntentRef;
@@ -75,6 +75,9 @@ pub enum ClaimOutcome {
 pub struct AttemptRecord {
     pub intent_id: Uuid,
     pub attempt_id: Uuid,
+    /// The attempt's partition key ([`Claimed::started_at`]): the record touches one
+    /// partition of `notification_attempts`, not all of them.
+    pub started_at: DateTime<Utc>,
     pub outcome: AttemptOutcome,
     pub provider_message_id: Option<String>,
     pub error_category: Option<&'static str>,
@@ -91,14 +94,18 @@ pub fn jitter() -> f64 {
 }
 
 impl Store {
-    /// Claims a batch of intents for `worker`. First, any requested intent whose previous
-    /// worker died (state `sending`, lease expired) has that attempt recorded `unknown`
-    /// and moves on by its channel's policy; then every due intent is leased for `lease`
-    /// and gets a `started` attempt. Returns one outcome per requested id, in order.
+    /// Claims a batch of intents for `worker`: every due intent is leased for `lease` and
+    /// gets a `started` attempt. A requested intent whose previous worker died (state
+    /// `sending`, lease expired) has that attempt recorded `unknown` and moves on by its
+    /// channel's policy; a retry that policy makes due comes back through its own outbox
+    /// row. Returns one outcome per requested id, in order.
     ///
-    /// Failure policy: the claim is one transaction. A crash after its commit leaves
-    /// `started` attempts under a lease; when the lease expires, the sweeper (or the next
-    /// claim of the redelivered message) records them `unknown`.
+    /// The common case is one statement (atomic on its own, no transaction round trips);
+    /// intents that were not claimable cost a second transaction that says why.
+    ///
+    /// Failure policy: a crash after the claim's commit leaves `started` attempts under a
+    /// lease; when the lease expires, the sweeper (or the next claim of the redelivered
+    /// message) records them `unknown`.
     pub async fn claim(
         &self,
         worker: &str,
@@ -107,7 +114,6 @@ impl Store {
         policies: &ChannelPolicies,
     ) -> Result<Vec<ClaimOutcome>> {
         let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
         // Sorted and unique: concurrent claimers lock rows in one order.
         let unique: Vec<Uuid> = intent_ids
             .iter()
@@ -115,11 +121,10 @@ impl Store {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        expire_in(&*tx, Some(&unique), policies, unique.len() as i64).await?;
         let attempt_ids: Vec<Uuid> = unique.iter().map(|_| Uuid::now_v7()).collect();
-        // notification_intents_pkey; notification_attempts_intent_idx for after_unknown.
-        let rows = tx
-            .query(CLAIM, &[&unique, &attempt_ids, &worker, &lease.as_secs_f64()])
+        let claim = conn.prepare_cached(CLAIM).await?;
+        let rows = conn
+            .query(&claim, &[&unique, &attempt_ids, &worker, &lease.as_secs_f64()])
             .await?;
         let mut claimed: HashMap<Uuid, Claimed> = HashMap::with_capacity(rows.len());
         for r in rows {
@@ -150,13 +155,10 @@ impl Store {
             .collect();
         let mut reasons: HashMap<Uuid, Skip> = HashMap::new();
         if !others.is_empty() {
-            for r in tx
-                .query(
-                    "SELECT id, state, next_attempt_at > now() FROM notification_intents WHERE id = ANY($1::uuid[])",
-                    &[&others],
-                )
-                .await?
-            {
+            let tx = conn.transaction().await?;
+            expire_in(&tx, Some(&others), policies, others.len() as i64).await?;
+            let why = tx.prepare_cached(SKIP_REASONS).await?;
+            for r in tx.query(&why, &[&others]).await? {
                 let state: &str = r.get(1);
                 let not_due: Option<bool> = r.get(2);
                 let reason = match state.parse::<IntentState>() {
@@ -168,8 +170,8 @@ impl Store {
                 };
                 reasons.insert(r.get(0), reason);
             }
+            tx.commit().await?;
         }
-        tx.commit().await?;
         // Requested twice in one batch: the second copy is skipped as leased.
         let claimed_ids: BTreeSet<Uuid> = claimed.keys().copied().collect();
         Ok(intent_ids
@@ -182,8 +184,8 @@ impl Store {
             .collect())
     }
 
-    /// Records finished attempts and their intents' next states in one transaction; a
-    /// retry gets an outbox row that becomes due after its backoff.
+    /// Records finished attempts, their intents' next states and an outbox row for each
+    /// retry (due after its backoff) in one statement: atomic, one round trip.
     ///
     /// Failure policy: a crash before this commit leaves the attempts `started` under a
     /// lease (recorded `unknown` when it expires) and the Kafka offsets unstored (the
@@ -192,25 +194,32 @@ impl Store {
         if records.is_empty() {
             return Ok(());
         }
-        let mut conn = self.conn().await?;
-        let tx = conn.transaction().await?;
-        let ids: Vec<Uuid> = records.iter().map(|r| r.attempt_id).collect();
+        let conn = self.conn().await?;
+        let attempt_ids: Vec<Uuid> = records.iter().map(|r| r.attempt_id).collect();
+        let started: Vec<DateTime<Utc>> = records.iter().map(|r| r.started_at).collect();
         let outcomes: Vec<&str> = records.iter().map(|r| r.outcome.as_str()).collect();
         let provider_ids: Vec<Option<&str>> =
             records.iter().map(|r| r.provider_message_id.as_deref()).collect();
         let categories: Vec<Option<&str>> = records.iter().map(|r| r.error_category).collect();
         let details: Vec<Option<&str>> = records.iter().map(|r| r.error_detail.as_deref()).collect();
-        // notification_attempts_pkey (id, started_at): a lookup per partition. An attempt the
-        // sweeper already marked unknown (lease expired while we were slow) gets its real
-        // outcome: the ledger keeps the truth, the intent keeps the sweeper's decision.
-        tx.execute(
-            RECORD_ATTEMPTS,
-            &[&ids, &outcomes, &provider_ids, &categories, &details],
+        let (intent_ids, states, delays) = next_state_columns(records.iter().map(|r| (r.intent_id, r.next)));
+        let statement = conn.prepare_cached(RECORD).await?;
+        conn.execute(
+            &statement,
+            &[
+                &attempt_ids,
+                &started,
+                &outcomes,
+                &provider_ids,
+                &categories,
+                &details,
+                &intent_ids,
+                &states,
+                &delays,
+                &worker,
+            ],
         )
         .await?;
-        let next: Vec<(Uuid, NextState)> = records.iter().map(|r| (r.intent_id, r.next)).collect();
-        apply_next_states(&*tx, &next, Guard::LeaseHeldBy(worker)).await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -219,7 +228,7 @@ impl Store {
     pub async fn expire_leases(&self, policies: &ChannelPolicies, limit: i64) -> Result<usize> {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
-        let n = expire_in(&*tx, None, policies, limit).await?;
+        let n = expire_in(&tx, None, policies, limit).await?;
         tx.commit().await?;
         Ok(n)
     }
@@ -255,7 +264,7 @@ impl Store {
             Resolution::Accepted => NextState::Accepted,
             Resolution::Retry => NextState::RetryAfter(Duration::ZERO),
         };
-        apply_next_states(&*tx, &[(id, next)], Guard::State(IntentState::Unknown)).await?;
+        apply_next_states(&tx, &[(id, next)], Guard::State(IntentState::Unknown)).await?;
         tx.commit().await?;
         Ok(id)
     }
@@ -276,14 +285,29 @@ impl Resolution {
     }
 }
 
-/// Which intents a state change may touch.
-enum Guard<'a> {
-    /// Still `sending` under this worker's lease (a worker recording its own attempt).
-    LeaseHeldBy(&'a str),
+/// Which intents a state change may touch (a worker recording its own attempts is
+/// [`RECORD`]).
+enum Guard {
     /// Still `sending` with an expired lease (the sweeper).
     LeaseExpired,
     /// In this state (an operator's resolution).
     State(IntentState),
+}
+
+/// The columns of `(intent, next state)` pairs for the `unnest` of [`move_intents!`].
+fn next_state_columns(
+    next: impl Iterator<Item = (Uuid, NextState)>,
+) -> (Vec<Uuid>, Vec<&'static str>, Vec<Option<f64>>) {
+    let mut columns = (Vec::new(), Vec::new(), Vec::new());
+    for (id, n) in next {
+        columns.0.push(id);
+        columns.1.push(n.state().as_str());
+        columns.2.push(match n {
+            NextState::RetryAfter(d) => Some(d.as_secs_f64()),
+            _ => None,
+        });
+    }
+    columns
 }
 
 /// Sets the intents' next states, clears their leases, and queues an outbox row for each
@@ -291,48 +315,72 @@ enum Guard<'a> {
 async fn apply_next_states(
     client: &impl GenericClient,
     next: &[(Uuid, NextState)],
-    guard: Guard<'_>,
+    guard: Guard,
 ) -> Result<u64> {
     if next.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<Uuid> = next.iter().map(|(id, _)| *id).collect();
-    let states: Vec<&str> = next.iter().map(|(_, n)| n.state().as_str()).collect();
-    let delays: Vec<Option<f64>> = next
-        .iter()
-        .map(|(_, n)| match n {
-            NextState::RetryAfter(d) => Some(d.as_secs_f64()),
-            _ => None,
-        })
-        .collect();
-    let (guard_sql, guard_arg): (&str, Option<&str>) = match guard {
-        Guard::LeaseHeldBy(worker) => ("i.state = 'sending' AND i.lease_owner = $4", Some(worker)),
-        Guard::LeaseExpired => ("i.state = 'sending' AND i.lease_until < now()", None),
-        Guard::State(s) => ("i.state = $4", Some(s.as_str())),
-    };
-    // notification_intents_pkey; outbox rows for retries in the same statement.
-    let sql = format!(
-        "WITH r AS (
-            SELECT * FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS r(id, state, delay_secs)
-         ), moved AS (
-            UPDATE notification_intents i
-               SET state = r.state,
-                   next_attempt_at = CASE WHEN r.delay_secs IS NULL THEN NULL
-                                          ELSE now() + make_interval(secs => r.delay_secs) END,
-                   lease_owner = NULL, lease_until = NULL, updated_at = now()
-              FROM r
-             WHERE i.id = r.id AND {guard_sql}
-            RETURNING i.id, i.trace_context, r.delay_secs
-         )
-         INSERT INTO outbox (intent_id, available_at, trace_context)
-         SELECT id, now() + make_interval(secs => delay_secs), trace_context FROM moved WHERE delay_secs IS NOT NULL"
-    );
-    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![&ids, &states, &delays];
-    if let Some(arg) = &guard_arg {
-        params.push(arg);
-    }
-    Ok(client.execute(&sql, &params).await?)
+    let (ids, states, delays) = next_state_columns(next.iter().copied());
+    Ok(match guard {
+        Guard::LeaseExpired => {
+            let statement = client.prepare_cached(NEXT_STATES_LEASE_EXPIRED).await?;
+            client.execute(&statement, &[&ids, &states, &delays]).await?
+        }
+        Guard::State(s) => {
+            let statement = client.prepare_cached(NEXT_STATES_IN_STATE).await?;
+            client
+                .execute(&statement, &[&ids, &states, &delays, &s.as_str()])
+                .await?
+        }
+    })
 }
+
+/// The statement shared by every change of intents' next states: after `$with` (common
+/// table expressions, among them `r` with columns `intent_id, next_state, delay_secs`),
+/// move each intent allowed by `$guard` (notification_intents_pkey), clear its lease, and
+/// queue an outbox row for each retry.
+macro_rules! move_intents {
+    ($with:expr, $guard:literal) => {
+        concat!(
+            $with,
+            ", moved AS (
+                UPDATE notification_intents i
+                   SET state = r.next_state,
+                       next_attempt_at = CASE WHEN r.delay_secs IS NULL THEN NULL
+                                              ELSE now() + make_interval(secs => r.delay_secs) END,
+                       lease_owner = NULL, lease_until = NULL, updated_at = now()
+                  FROM r
+                 WHERE i.id = r.intent_id AND ",
+            $guard,
+            "
+                RETURNING i.id, i.trace_context, r.delay_secs
+             )
+             INSERT INTO outbox (intent_id, available_at, trace_context)
+             SELECT id, now() + make_interval(secs => delay_secs), trace_context FROM moved
+              WHERE delay_secs IS NOT NULL"
+        )
+    };
+}
+
+/// `r` from the parameters `$1..$3`: intent ids, next states, retry delays.
+macro_rules! next_states_from_params {
+    () => {
+        "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS r(intent_id, next_state, delay_secs))"
+    };
+}
+
+/// The sweeper's moves: intents still `sending` whose lease expired.
+const NEXT_STATES_LEASE_EXPIRED: &str = move_intents!(
+    next_states_from_params!(),
+    "i.state = 'sending' AND i.lease_until < now()"
+);
+
+/// An operator's moves: intents in state `$4`.
+const NEXT_STATES_IN_STATE: &str = move_intents!(next_states_from_params!(), "i.state = $4");
+
+/// Why requested intents were not claimed.
+const SKIP_REASONS: &str =
+    "SELECT id, state, next_attempt_at > now() FROM notification_intents WHERE id = ANY($1::uuid[])";
 
 /// Claims due intents by id: lease, attempt row `started`, the frozen payload
 /// (notification_intents_pkey; notification_attempts_intent_idx for after_unknown).
@@ -363,14 +411,28 @@ pub(crate) const CLAIM: &str = "WITH req AS (
                  JOIN attempts a ON a.id = c.attempt_id
                  JOIN notification_payloads p ON p.digest = c.payload_digest";
 
-/// Attempts' outcomes (notification_attempts_pkey (id, started_at): a lookup per partition).
-pub(crate) const RECORD_ATTEMPTS: &str = "UPDATE notification_attempts a
-    SET outcome = r.outcome, finished_at = now(), provider_message_id = r.provider_message_id,
-        error_category = r.error_category, error_detail = r.error_detail
-   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[])
-        AS r(id, outcome, provider_message_id, error_category, error_detail)
-  WHERE a.id = r.id
-    AND (a.outcome = 'started' OR (a.outcome = 'unknown' AND a.error_category = 'lease_expired'))";
+/// Finished attempts: their outcomes (notification_attempts_pkey (id, started_at): one
+/// partition each), their intents' next states while this worker (`$10`) still holds the
+/// lease, and outbox rows for retries. An attempt the sweeper already marked unknown (lease
+/// expired while the worker was slow) gets its real outcome: the ledger keeps the truth,
+/// the intent keeps the sweeper's decision. The CTE that updates attempts runs to
+/// completion although nothing reads it (PostgreSQL runs every data-modifying CTE).
+pub(crate) const RECORD: &str = move_intents!(
+    "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[],
+                          $7::uuid[], $8::text[], $9::float8[])
+         AS r(attempt_id, started_at, outcome, provider_message_id, error_category, error_detail,
+              intent_id, next_state, delay_secs)
+     ), attempts AS (
+        UPDATE notification_attempts a
+           SET outcome = r.outcome, finished_at = now(), provider_message_id = r.provider_message_id,
+               error_category = r.error_category, error_detail = r.error_detail
+          FROM r
+         WHERE a.id = r.attempt_id AND a.started_at = r.started_at
+           AND (a.outcome = 'started' OR (a.outcome = 'unknown' AND a.error_category = 'lease_expired'))
+        RETURNING a.id
+     )",
+    "i.state = 'sending' AND i.lease_owner = $10"
+);
 
 /// Intents whose lease expired: dead workers' attempts
 /// (notification_intents_sending_lease_idx).
@@ -381,6 +443,12 @@ pub(crate) const EXPIRED_LEASES: &str =
      LIMIT $2
      FOR UPDATE SKIP LOCKED";
 
+/// The `started` attempts of intents whose lease expired, recorded `unknown`.
+const LEASE_EXPIRED_ATTEMPTS: &str = "UPDATE notification_attempts
+    SET outcome = 'unknown', finished_at = now(), error_category = 'lease_expired',
+        error_detail = 'the worker''s lease expired before it recorded an outcome (crash or stall)'
+  WHERE intent_id = ANY($1::uuid[]) AND outcome = 'started'";
+
 /// The sweep shared by [`Store::expire_leases`] and [`Store::claim`].
 async fn expire_in(
     client: &impl GenericClient,
@@ -389,7 +457,8 @@ async fn expire_in(
     limit: i64,
 ) -> Result<usize> {
     // notification_intents_sending_lease_idx
-    let rows = client.query(EXPIRED_LEASES, &[&only, &limit]).await?;
+    let expired = client.prepare_cached(EXPIRED_LEASES).await?;
+    let rows = client.query(&expired, &[&only, &limit]).await?;
     if rows.is_empty() {
         return Ok(0);
     }
@@ -413,15 +482,8 @@ async fn expire_in(
     }
     let ids: Vec<Uuid> = next.iter().map(|(id, _)| *id).collect();
     // notification_attempts_intent_idx
-    client
-        .execute(
-            "UPDATE notification_attempts
-                SET outcome = 'unknown', finished_at = now(), error_category = 'lease_expired',
-                    error_detail = 'the worker''s lease expired before it recorded an outcome (crash or stall)'
-              WHERE intent_id = ANY($1::uuid[]) AND outcome = 'started'",
-            &[&ids],
-        )
-        .await?;
+    let unknown = client.prepare_cached(LEASE_EXPIRED_ATTEMPTS).await?;
+    client.execute(&unknown, &[&ids]).await?;
     apply_next_states(client, &next, Guard::LeaseExpired).await?;
     Ok(next.len())
 }

@@ -60,18 +60,23 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         },
     },
     HotStatement {
-        name: "delivery: record attempts' outcomes",
-        sql: crate::delivery::RECORD_ATTEMPTS,
+        name: "delivery: record attempts' outcomes and intents' next states",
+        sql: crate::delivery::RECORD,
         // Each partition's primary key (id, started_at), e.g. "notification_attempts_2026_12_pkey".
         indexes: &["_pkey on notification_attempts"],
         params: || {
             let one = || vec![Some("x".to_owned())];
             vec![
                 Box::new(vec![Uuid::nil()]),
+                Box::new(vec![chrono::Utc::now()]),
                 Box::new(vec!["accepted".to_owned()]),
                 Box::new(one()),
                 Box::new(one()),
                 Box::new(one()),
+                Box::new(vec![Uuid::nil()]),
+                Box::new(vec!["accepted".to_owned()]),
+                Box::new(vec![None::<f64>]),
+                Box::new("worker".to_owned()),
             ]
         },
     },

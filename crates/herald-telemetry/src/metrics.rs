@@ -35,6 +35,8 @@ pub struct Metrics {
     attempt_duration: Histogram<f64>,
     ingest_batch_size: Histogram<u64>,
     ingest_commit_duration: Histogram<f64>,
+    delivery_batch_size: Histogram<u64>,
+    delivery_db_duration: Histogram<f64>,
     gauges: Arc<Gauges>,
 }
 
@@ -94,6 +96,19 @@ impl Metrics {
                 .f64_histogram("herald_ingest_commit_duration")
                 .with_unit("s")
                 .with_description("Time to converge and commit one ingest batch in PostgreSQL")
+                .with_boundaries(LATENCY_BOUNDS.to_vec())
+                .build(),
+            delivery_batch_size: meter
+                .u64_histogram("herald_delivery_batch_size")
+                .with_description("Attempts per delivery database statement, by stage (claim, record)")
+                .with_boundaries(BATCH_BOUNDS.to_vec())
+                .build(),
+            delivery_db_duration: meter
+                .f64_histogram("herald_delivery_db_duration")
+                .with_unit("s")
+                .with_description(
+                    "Time to claim or record one batch of delivery attempts in PostgreSQL, retries included",
+                )
                 .with_boundaries(LATENCY_BOUNDS.to_vec())
                 .build(),
             gauges,
@@ -161,6 +176,13 @@ impl Metrics {
 
     pub fn relay_published(&self, n: u64) {
         self.relay_published.add(n, &[]);
+    }
+
+    /// One claim or record statement of the delivery role (`stage`).
+    pub fn delivery_batch(&self, stage: &'static str, attempts: usize, took: Duration) {
+        let labels = [KeyValue::new("stage", stage)];
+        self.delivery_batch_size.record(attempts as u64, &labels);
+        self.delivery_db_duration.record(took.as_secs_f64(), &labels);
     }
 
     pub fn ingest_batch(&self, messages: usize, commit: Duration) {

@@ -226,7 +226,11 @@ pub struct DeliveryConfig {
     pub group_id: String,
     /// Attempts in flight at once in this process (claims, sends and records together).
     pub max_in_flight: usize,
-    /// Messages received and not yet completed per partition before it is paused.
+    /// Messages received and not yet completed per partition before it is paused alone,
+    /// so that one slow partition cannot hold the whole window. 0 (the default): no limit
+    /// of its own, only the process's window (8 x max_in_flight, at least 1,024). Pausing
+    /// makes librdkafka drop and re-fetch what it prefetched: keep it above the window's
+    /// share of a partition, or it becomes routine and starves the workers.
     pub max_outstanding_per_partition: usize,
     /// Most claims (or records) grouped into one transaction.
     pub db_batch_max: usize,
@@ -247,7 +251,7 @@ impl Default for DeliveryConfig {
         Self {
             group_id: "herald-delivery".into(),
             max_in_flight: 256,
-            max_outstanding_per_partition: 512,
+            max_outstanding_per_partition: 0,
             db_batch_max: 256,
             db_batch_linger_ms: 0,
             lease_secs: 60,
@@ -537,7 +541,7 @@ impl Config {
         range(
             "delivery.max_outstanding_per_partition",
             d.max_outstanding_per_partition as u64,
-            1,
+            0,
             1_000_000,
         )?;
         range("delivery.db_batch_max", d.db_batch_max as u64, 1, 10_000)?;

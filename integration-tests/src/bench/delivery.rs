@@ -11,6 +11,18 @@ use futures::future::join_all;
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
 
+use herald_channels::{
+    AwsSettings, EmailMessage, Outcome, SesSender, SmsMessage, SnsSender, StaticCredentials,
+};
+use herald_core::retry::{NextState, RetryPolicy, UnknownPolicy};
+use herald_core::{AttemptOutcome, Channel};
+use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome};
+use herald_store::{Store, StoreConfig};
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::Message;
+use uuid::Uuid;
+
+use super::ingest::reader;
 use super::procstat::{self, Usage};
 use crate::kafka::producer;
 use crate::samples::UniqueSeller;
@@ -101,6 +113,90 @@ pub async fn herald(
         p.terminate(Duration::from_secs(60)).await?;
     }
     Ok((intents as f64 / span, usage))
+}
+
+/// The usual at-least-once consumer loop, one attempt at a time: receive a delivery
+/// message, claim its intent (Herald's statement), send it (Herald's SES/SNS senders),
+/// record the outcome (Herald's statement), commit the offset synchronously, receive the
+/// next. Sends/s over every prepared intent.
+pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f64> {
+    let store = Store::new(&StoreConfig {
+        url: env.db_url.clone(),
+        pool_size: 2,
+        connect_timeout: Duration::from_secs(5),
+    })?;
+    let settings = AwsSettings {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(endpoint.to_owned()),
+        connect_timeout: Duration::from_millis(500),
+        attempt_timeout: Duration::from_secs(2),
+        static_credentials: Some(StaticCredentials {
+            access_key_id: "testing".into(),
+            secret_access_key: "testing".into(),
+        }),
+    };
+    let (email, sms) = (SesSender::new(&settings).await, SnsSender::new(&settings).await);
+    let policy = RetryPolicy {
+        max_attempts: 5,
+        base_backoff: Duration::from_millis(200),
+        max_backoff: Duration::from_secs(1),
+        on_unknown: UnknownPolicy::Hold,
+    };
+    let policies: ChannelPolicies = Channel::ALL.iter().map(|c| (*c, policy)).collect();
+    let consumer = reader(&env.group("bench-sequential"), &env.topic("herald.deliveries"))?;
+    let lease = Duration::from_secs(60);
+    let started = Instant::now();
+    let mut sent = 0;
+    while sent < intents {
+        let m = consumer.recv().await?;
+        let id: Uuid = std::str::from_utf8(m.key().context("delivery message without key")?)?.parse()?;
+        let claimed = match store.claim("sequential", lease, &[id], &policies).await?.pop() {
+            Some(ClaimOutcome::Claimed(c)) => c,
+            other => anyhow::bail!("intent {id} not claimed: {other:?}"),
+        };
+        let to = claimed.destination.as_deref().context("no destination")?;
+        let text = claimed.body_text.as_deref().unwrap_or_default();
+        let outcome = match claimed.channel {
+            Channel::Email => {
+                email
+                    .send(&EmailMessage {
+                        from: "notifications@herald.example",
+                        to,
+                        subject: claimed.subject.as_deref().unwrap_or_default(),
+                        text,
+                        html: claimed.body_html.as_deref(),
+                        configuration_set: None,
+                        tags: &[],
+                    })
+                    .await
+            }
+            Channel::Sms => {
+                sms.send(&SmsMessage {
+                    phone: to,
+                    text,
+                    sender_id: None,
+                })
+                .await
+            }
+        };
+        let Outcome::Accepted { provider_message_id } = outcome else {
+            anyhow::bail!("intent {id}: the stand-in did not accept: {outcome:?}");
+        };
+        let record = AttemptRecord {
+            intent_id: id,
+            attempt_id: claimed.attempt_id,
+            started_at: claimed.started_at,
+            outcome: AttemptOutcome::Accepted,
+            provider_message_id: Some(provider_message_id),
+            error_category: None,
+            error_detail: None,
+            next: NextState::Accepted,
+        };
+        store.record("sequential", &[record]).await?;
+        consumer.commit_message(&m, CommitMode::Sync)?;
+        sent += 1;
+    }
+    Ok(sent as f64 / started.elapsed().as_secs_f64())
 }
 
 /// Event produced -> attempt `accepted` recorded, p50 and p99 in ms, with every role

@@ -203,7 +203,7 @@ pub async fn limit_kafka(env: &TestEnv, w: &Workload) -> Result<f64> {
     Ok(w.events as f64 / started.elapsed().as_secs_f64())
 }
 
-fn reader(group: &str, topic: &str) -> Result<StreamConsumer> {
+pub(super) fn reader(group: &str, topic: &str) -> Result<StreamConsumer> {
     let c: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", BROKERS)
         .set("group.id", group)

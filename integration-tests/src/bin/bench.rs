@@ -127,7 +127,7 @@ async fn main() -> Result<()> {
     }
     say("ingest scale-out: two instances");
     let mut ingest_two = Figure::new("herald ingest x2", "events/s", "two ingest processes");
-    {
+    for _ in 0..plan.runs {
         let env = filled("bench_ingest2", &w).await?;
         ingest_two.runs.push(ingest::herald(&env, &w, 2).await?.0);
         env.cleanup().await;
@@ -167,14 +167,13 @@ async fn main() -> Result<()> {
     let mut sequential = Figure::new(
         "sequential",
         "sends/s",
-        "one attempt at a time per partition (2 partitions), claim/record per attempt",
+        "the usual consumer loop: receive, claim, send, record, commit the offset, one at a time",
     );
     for _ in 0..plan.runs {
         let (env, intents) = delivery::prepare("bench_seq", &endpoint, 100).await?;
-        let extra = [("HERALD_DELIVERY__DB_BATCH_MAX", "1")];
         sequential
             .runs
-            .push(delivery::herald(&env, intents, 2, 1, &extra).await?.0);
+            .push(delivery::sequential(&env, &endpoint, intents).await?);
         env.cleanup().await;
     }
     say("delivery scale-out: two instances");
@@ -183,7 +182,7 @@ async fn main() -> Result<()> {
         "sends/s",
         "two delivery processes",
     );
-    {
+    for _ in 0..plan.runs {
         let (env, intents) = delivery::prepare("bench_deliver2", &endpoint, plan.delivery_orders).await?;
         deliver_two
             .runs

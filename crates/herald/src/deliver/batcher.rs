@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use herald_store::delivery::{AttemptRecord, ClaimOutcome};
 use tokio::sync::{mpsc, Semaphore};
@@ -96,10 +96,14 @@ pub async fn claim_loop(
 async fn claim_batch(ctx: &Arc<DeliveryContext>, batch: Vec<Taken>, records: &mpsc::Sender<Finished>) {
     let lease = Duration::from_secs(ctx.config.delivery.lease_secs);
     let ids: Vec<_> = batch.iter().map(|t| t.intent_id).collect();
+    let started = Instant::now();
     let outcomes = until_ok("claim", || {
         ctx.store.claim(&ctx.worker, lease, &ids, &ctx.policies)
     })
     .await;
+    ctx.obs
+        .metrics
+        .delivery_batch("claim", ids.len(), started.elapsed());
     // Failure policy: a crash here, after the claim committed and before the sends,
     // leaves `started` attempts under leases that expire into `unknown`: honest, if
     // pessimistic (nothing was sent).
@@ -137,7 +141,11 @@ pub async fn record_loop(ctx: Arc<DeliveryContext>, mut rx: mpsc::Receiver<Finis
 
 async fn record_batch(ctx: &DeliveryContext, batch: Vec<Finished>) {
     let records: Vec<AttemptRecord> = batch.iter().map(|f| f.record.clone()).collect();
+    let started = Instant::now();
     until_ok("record", || ctx.store.record(&ctx.worker, &records)).await;
+    ctx.obs
+        .metrics
+        .delivery_batch("record", records.len(), started.elapsed());
     // Failure policy: a crash here, after the record committed and before the offsets
     // are stored, replays these messages: each finds its intent terminal (or retry not
     // due) and is acknowledged without sending.

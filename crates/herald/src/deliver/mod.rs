@@ -53,11 +53,15 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let d = &config.delivery;
     let group = config.group(&d.group_id);
     let topic = config.topic(&config.kafka.topics.deliveries);
+    // Received ahead of the in-flight window (intent ids only: small); the semaphore
+    // bounds the attempts.
+    let max_outstanding = (d.max_in_flight * 8).max(1024);
     let limits = FlowLimits {
-        // Received ahead of the in-flight window (intent ids only: small), so that
-        // pausing and resuming partitions is rare; the semaphore bounds the attempts.
-        max_outstanding: (d.max_in_flight * 8).max(1024),
-        max_outstanding_per_partition: d.max_outstanding_per_partition,
+        max_outstanding,
+        max_outstanding_per_partition: match d.max_outstanding_per_partition {
+            0 => max_outstanding,
+            n => n,
+        },
         drain_timeout: Duration::from_millis(d.drain_timeout_ms),
     };
     let mut consumer = DeliveryConsumer::subscribe(&config.kafka_settings(), &group, &topic, limits)?;

@@ -142,6 +142,7 @@ async fn attempt_in_span(
     let record = AttemptRecord {
         intent_id: c.intent_id,
         attempt_id: c.attempt_id,
+        started_at: c.started_at,
         outcome: attempt_outcome,
         provider_message_id,
         error_category: category,
