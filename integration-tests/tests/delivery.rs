@@ -254,3 +254,122 @@ async fn delivery_instances_joining_and_leaving_send_each_intent_once() -> Resul
     env.cleanup().await;
     Ok(())
 }
+
+/// Every record runs one INSERT of retry rows into the outbox, usually of no row. Only a
+/// statement that queued rows may notify the relays: a transaction that notifies takes a
+/// database-wide lock while it commits, which once made every record commit one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
+    use futures::StreamExt;
+    use herald_core::retry::NextState;
+    use herald_core::AttemptOutcome;
+    use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome};
+    use herald_store::{Store, StoreConfig};
+    use tokio_postgres::AsyncMessage;
+
+    let env = TestEnv::new("notify", "").await?;
+    let mut ingest = env.spawn_roles("ingest", "ingest", &[])?;
+    seed_orders(&env, &UniqueSeller::new(), &["7101"]).await?;
+    env.wait_count(
+        "intents created",
+        "SELECT count(*) FROM notification_intents",
+        2,
+        WAIT,
+    )
+    .await?;
+    ingest.terminate(WAIT).await?;
+    // No relay runs: clear the rows the ingest queued, so that only records add any.
+    env.db.batch_execute("DELETE FROM outbox").await?;
+
+    // A listener of our own: notifications arrive in commit order.
+    let (listener, mut connection) = tokio_postgres::connect(&env.db_url, tokio_postgres::NoTls).await?;
+    let (tx, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    tokio::spawn(async move {
+        while let Some(Ok(m)) = messages.next().await {
+            if let AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.payload().to_owned());
+            }
+        }
+    });
+    listener.batch_execute("LISTEN herald_outbox").await?;
+
+    let store = Store::new(&StoreConfig {
+        url: env.db_url.clone(),
+        pool_size: 2,
+        connect_timeout: Duration::from_secs(5),
+    })?;
+    let ids: Vec<uuid::Uuid> = env
+        .db
+        .query("SELECT id FROM notification_intents ORDER BY channel", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let policies: ChannelPolicies = herald_core::Channel::ALL
+        .iter()
+        .map(|c| {
+            let policy = herald_core::retry::RetryPolicy {
+                max_attempts: 3,
+                base_backoff: Duration::from_secs(60),
+                max_backoff: Duration::from_secs(60),
+                on_unknown: herald_core::retry::UnknownPolicy::Hold,
+            };
+            (*c, policy)
+        })
+        .collect();
+    let claimed = store
+        .claim("notify-test", Duration::from_secs(60), &ids, &policies)
+        .await?;
+    let record = |outcome: &ClaimOutcome, attempt: AttemptOutcome, next: NextState| match outcome {
+        ClaimOutcome::Claimed(c) => Ok(AttemptRecord {
+            intent_id: c.intent_id,
+            attempt_id: c.attempt_id,
+            started_at: c.started_at,
+            outcome: attempt,
+            provider_message_id: None,
+            error_category: None,
+            error_detail: None,
+            next,
+        }),
+        ClaimOutcome::Skipped(s) => Err(anyhow::anyhow!("not claimed: {}", s.as_str())),
+    };
+
+    store
+        .record(
+            "notify-test",
+            &[record(
+                &claimed[0],
+                AttemptOutcome::Accepted,
+                NextState::Accepted,
+            )?],
+        )
+        .await?;
+    env.db.batch_execute("NOTIFY herald_outbox, 'marker'").await?;
+    let first = tokio::time::timeout(WAIT, notifications.recv()).await?;
+    assert_eq!(
+        first.as_deref(),
+        Some("marker"),
+        "the accepted record (committed before the marker) notified the relays"
+    );
+
+    store
+        .record(
+            "notify-test",
+            &[record(
+                &claimed[1],
+                AttemptOutcome::Retryable,
+                NextState::RetryAfter(Duration::from_secs(60)),
+            )?],
+        )
+        .await?;
+    let woken = tokio::time::timeout(WAIT, notifications.recv()).await?;
+    assert_eq!(woken.as_deref(), Some(""), "a queued retry wakes the relays");
+    assert_eq!(
+        env.count("SELECT count(*) FROM outbox").await?,
+        1,
+        "one outbox row: the retry"
+    );
+    env.cleanup().await;
+    Ok(())
+}

@@ -53,6 +53,32 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Grants `role` what `herald run` needs and nothing more: reading and writing the
+    /// rows of every table in the schema, and its sequences. No CREATE on the schema, no
+    /// TRUNCATE, no ownership: DDL from `role` fails. Idempotent; run by the schema owner
+    /// after each migration (new tables get their grants then).
+    pub async fn grant_runtime(&self, role: &str) -> Result<()> {
+        let client = self.dedicated().await?;
+        let schema: String = client.query_one("SELECT current_schema()", &[]).await?.get(0);
+        let (schema, role) = (quote_ident(&schema), quote_ident(role));
+        client
+            .batch_execute(&format!(
+                "GRANT USAGE ON SCHEMA {schema} TO {role};
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};
+                 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
+                 REVOKE INSERT, UPDATE, DELETE ON {schema}.herald_schema_history FROM {role};"
+            ))
+            .await?;
+        Ok(())
+    }
+}
+
+/// `name` as a quoted SQL identifier.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 /// Creates `notification_attempts_YYYY_MM` for the current month and `months_ahead` more.
 /// Idempotent. Returns the names it created.
 async fn ensure_attempt_partitions(

@@ -81,7 +81,15 @@ impl AdminConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
+    /// What `herald run` connects as: in production a runtime role that reads and writes
+    /// rows and cannot change the schema (see `runtime_role`).
     pub url: String,
+    /// The role that owns the schema, for migrations (`herald migrate`, and
+    /// `migrate_on_start`). Unset: `url`, one role for everything (development).
+    pub owner_url: Option<String>,
+    /// After migrating, the owner grants this role what `herald run` needs (SELECT,
+    /// INSERT, UPDATE, DELETE on Herald's tables, its sequences) and nothing more.
+    pub runtime_role: Option<String>,
     pub pool_size: usize,
     pub connect_timeout_ms: u64,
     /// Apply pending migrations when `herald run` starts.
@@ -94,6 +102,8 @@ impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: "postgres://herald@127.0.0.1:5432/herald".into(),
+            owner_url: None,
+            runtime_role: None,
             pool_size: 16,
             connect_timeout_ms: 5000,
             migrate_on_start: true,
@@ -533,6 +543,15 @@ impl Config {
             10,
             600_000,
         )?;
+        if let Some(role) = &self.database.runtime_role {
+            let mut chars = role.chars();
+            let valid = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+                && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && role.len() <= 63;
+            if !valid {
+                bail!("database.runtime_role = {role:?} is not a plain role name ([a-z_][a-z0-9_]*, at most 63)");
+            }
+        }
         let d = &self.delivery;
         if d.group_id.trim().is_empty() {
             bail!("delivery.group_id is empty");
@@ -635,6 +654,19 @@ impl Config {
         StoreConfig {
             url: self.database.url.clone(),
             pool_size: self.database.pool_size,
+            connect_timeout: Duration::from_millis(self.database.connect_timeout_ms),
+        }
+    }
+
+    /// The schema owner's connection, for migrations: `database.owner_url`, else `url`.
+    pub fn owner_store(&self) -> StoreConfig {
+        StoreConfig {
+            url: self
+                .database
+                .owner_url
+                .clone()
+                .unwrap_or_else(|| self.database.url.clone()),
+            pool_size: 1,
             connect_timeout: Duration::from_millis(self.database.connect_timeout_ms),
         }
     }

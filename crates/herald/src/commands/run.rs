@@ -63,8 +63,7 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
     let config = Arc::new(config);
     let store = Store::new(&config.store())?;
     if config.database.migrate_on_start {
-        let report = store
-            .migrate(config.database.attempt_partitions_ahead)
+        let report = super::migrate::migrate_as_owner(&config)
             .await
             .context("migrations at start-up (database.migrate_on_start)")?;
         for m in report.applied {

@@ -1,0 +1,182 @@
+//! Security against the real stack: the runtime database role cannot change the schema,
+//! and secrets given through the environment never show up in what Herald prints or serves.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use integration_tests::http::request_text;
+use integration_tests::kafka::{produce, producer};
+use integration_tests::samples::UniqueSeller;
+use integration_tests::{seed_orders, wait_for, TestEnv};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The error of `sql` run as `client`, which must be a refusal for lack of privilege.
+async fn refused(client: &tokio_postgres::Client, sql: &str) -> Result<String> {
+    match client.batch_execute(sql).await {
+        Ok(()) => anyhow::bail!("the runtime role could run {sql:?}"),
+        Err(e) => {
+            let code = e.code().map(|c| c.code().to_owned());
+            assert_eq!(
+                code.as_deref(),
+                Some("42501"),
+                "{sql}: expected insufficient_privilege, got {e:?}"
+            );
+            Ok(e.to_string())
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_role_writes_rows_but_cannot_change_the_schema() -> Result<()> {
+    let env = TestEnv::new("roles", "").await?;
+    let role = format!("herald_rt_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    env.db.batch_execute(&format!("CREATE ROLE {role} LOGIN")).await?;
+    // Migrations as the owner (the configured url: the stack's admin role), with the grants.
+    let out = std::process::Command::new(integration_tests::herald_bin())
+        .arg("--config")
+        .arg(&env.config_path)
+        .arg("migrate")
+        .env("HERALD_DATABASE__RUNTIME_ROLE", &role)
+        .output()?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("granted {role}")));
+
+    // herald run as the runtime role: orders become intents, relayed and sent.
+    let runtime_url = env
+        .db_url
+        .replacen("postgres://herald@", &format!("postgres://{role}@"), 1);
+    let mut herald = env.spawn_roles(
+        "ingest,relay,deliver",
+        "runtime",
+        &[
+            ("HERALD_DATABASE__URL", runtime_url.as_str()),
+            ("HERALD_DATABASE__MIGRATE_ON_START", "false"),
+        ],
+    )?;
+    seed_orders(&env, &UniqueSeller::new(), &["9101"]).await?;
+    env.wait_count(
+        "both intents accepted, written by the runtime role",
+        "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
+        2,
+        WAIT,
+    )
+    .await?;
+    assert!(herald.terminate(WAIT).await?.success());
+
+    // The same role, by hand: rows yes, schema no.
+    let runtime = integration_tests::pg_connect(&runtime_url).await?;
+    let rows: i64 = runtime
+        .query_one("SELECT count(*) FROM notification_attempts", &[])
+        .await?
+        .get(0);
+    assert_eq!(rows, 2);
+    for ddl in [
+        "CREATE TABLE herald_intruder (x int)",
+        "ALTER TABLE notification_intents ADD COLUMN intruder int",
+        "DROP TABLE outbox",
+        "TRUNCATE notification_attempts",
+        "CREATE INDEX intruder_idx ON notification_intents (order_id)",
+        "DROP TRIGGER outbox_notify_after_insert ON outbox",
+        "INSERT INTO herald_schema_history (version, name, applied_on, checksum) VALUES (999, 'x', 'now', '0')",
+    ] {
+        refused(&runtime, ddl).await?;
+    }
+    drop(runtime);
+    env.db.batch_execute(&format!("DROP OWNED BY {role}")).await?;
+    env.cleanup().await;
+    let admin = integration_tests::pg_connect(integration_tests::PG_ADMIN_URL).await?;
+    admin
+        .batch_execute(&format!("DROP ROLE IF EXISTS {role}"))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api() -> Result<()> {
+    const SENTINEL: &str = "sentinel-7c1e9a55d2";
+    let env = TestEnv::new("secrets", "").await?;
+    let db_url = env.db_url.replacen(
+        "postgres://herald@",
+        &format!("postgres://herald:{SENTINEL}-db@"),
+        1,
+    );
+    let token = format!("{SENTINEL}-admin");
+    let aws_secret = format!("{SENTINEL}-aws");
+    let herald = env.spawn_roles(
+        "ingest,relay,deliver",
+        "herald",
+        &[
+            ("HERALD_DATABASE__URL", db_url.as_str()),
+            ("HERALD_DATABASE__OWNER_URL", db_url.as_str()),
+            ("HERALD_ADMIN__TOKEN", token.as_str()),
+            ("HERALD_AWS__SECRET_ACCESS_KEY", aws_secret.as_str()),
+            ("HERALD_LOG__LEVEL", "debug"),
+        ],
+    )?;
+    // Work through every role, a poison message, and refused admin calls.
+    seed_orders(&env, &UniqueSeller::new(), &["9201"]).await?;
+    produce(
+        &producer()?,
+        &env.topic("order-events"),
+        Some(b"9202"),
+        Some(b"{not json"),
+        &[],
+    )
+    .await?;
+    env.wait_count(
+        "both intents accepted",
+        "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
+        2,
+        WAIT,
+    )
+    .await?;
+    let admin = herald.admin_addr(WAIT).await?;
+    let wrong = format!("Bearer {SENTINEL}-wrong");
+    let mut served = String::new();
+    for (method, path, auth) in [
+        ("GET", "/metrics", None),
+        ("GET", "/readyz", None),
+        ("GET", "/openapi.json", None),
+        ("GET", "/v1/dead-letters", None),
+        ("POST", "/v1/dead-letters/replay", Some(wrong.as_str())),
+    ] {
+        let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", *a)).collect();
+        let body = (method == "POST").then(|| serde_json::json!({"all": true, "dry_run": true}));
+        let (_, text) = request_text(&admin, method, path, &headers, body.as_ref()).await?;
+        served.push_str(&text);
+    }
+    wait_for("the poison message dead-lettered", WAIT, || async {
+        let (_, text) = request_text(&admin, "GET", "/v1/dead-letters", &[], None).await?;
+        Ok(text.contains("not_json").then_some(()))
+    })
+    .await?;
+
+    // Commands that fail on the secret-bearing URL: the error names the problem, not the password.
+    let out = std::process::Command::new(integration_tests::herald_bin())
+        .arg("--config")
+        .arg(&env.config_path)
+        .arg("migrate")
+        .env(
+            "HERALD_DATABASE__OWNER_URL",
+            format!("postgres://herald:{SENTINEL}-db@127.0.0.1:1/nowhere"),
+        )
+        .output()
+        .context("herald migrate")?;
+    assert!(!out.status.success(), "no database on port 1");
+    let failed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(failed.contains("herald migrate"), "{failed}");
+
+    let log = herald.log();
+    assert!(log.lines().count() > 10, "the debug log has content");
+    for (what, text) in [("log", &log), ("admin API", &served), ("failed command", &failed)] {
+        assert!(!text.contains(SENTINEL), "a secret reached the {what}");
+    }
+    drop(herald);
+    env.cleanup().await;
+    Ok(())
+}
