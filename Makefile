@@ -12,7 +12,7 @@ HERALD       := target/debug/herald
 LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 
-.PHONY: help deps build lint fmt-check clippy rules test-all test demo bench bench-build bench-quick \
+.PHONY: help deps build lint fmt-check clippy rules deny audit test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate delivery-rate
 
 help:
@@ -21,6 +21,8 @@ help:
 	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL, moto, toxiproxy and Jaeger"
 	@echo "make run           herald run (ingest, relay, deliver) on the local stack (foreground)"
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
+	@echo "make deny          cargo deny: licenses, bans and sources (part of make test)"
+	@echo "make audit         cargo deny: known vulnerabilities (needs the network)"
 	@echo "make bench         the full benchmark (< 15 min): bench/results/, BENCHMARKS.md"
 	@echo "make bench-quick   one size of each measurement"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
@@ -55,7 +57,18 @@ test-all: build stack-up
 	@echo "test: unit tests, and integration tests against the local stack"
 	@HERALD_BIN=$(CURDIR)/$(HERALD) $(CARGO) test --workspace --no-fail-fast $(FEATURES) -- --test-threads=4
 
-test: fmt-check clippy rules test-all
+# The dependency graph's licenses, bans and sources (deny.toml); offline.
+deny: deps
+	@echo "check: cargo deny check licenses bans sources"
+	@$(CARGO) deny --offline check licenses bans sources
+
+# Known vulnerabilities (RustSec): fetches the advisory database, so it needs the network
+# and is not part of `make test`.
+audit: deps
+	@echo "audit: cargo deny check advisories (fetches the RustSec database)"
+	@$(CARGO) deny check advisories
+
+test: fmt-check clippy rules deny test-all
 
 stack-up:
 	@$(LOCAL)/stack.sh up

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what building Herald needs beyond cargo, idempotently: a C/C++ toolchain and
 # cmake (librdkafka is built from source by rdkafka-sys), the libcurl headers librdkafka
-# 2.12 includes unconditionally, pkg-config, the rustfmt/clippy components, and promtool
-# (checks deploy/prometheus/alerts.yml and runs its unit tests).
+# 2.12 includes unconditionally, pkg-config, the rustfmt/clippy components, promtool
+# (checks deploy/prometheus/alerts.yml and runs its unit tests), and cargo-deny (licenses,
+# bans and sources of the dependency graph; compiled from source on first use).
 set -euo pipefail
 COMPONENT=build-deps
 # shellcheck source=deploy/local/lib.sh
@@ -73,3 +74,11 @@ install_promtool() {
 }
 
 command -v promtool >/dev/null 2>&1 || install_promtool
+
+# cargo-deny, pinned (it has no default features to trim). The first build
+# takes several minutes on 2 cores.
+CARGO_DENY_VERSION=0.20.2
+if [ "$(cargo deny --version 2>/dev/null | awk '{print $2}')" != "$CARGO_DENY_VERSION" ]; then
+  say "cargo install cargo-deny $CARGO_DENY_VERSION (first run only; several minutes)"
+  cargo install --locked --quiet cargo-deny --version "$CARGO_DENY_VERSION"
+fi

@@ -171,16 +171,103 @@ pub fn decode_object(bytes: &[u8], max_bytes: usize) -> Result<Map<String, Value
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| DecodeError::new(DeadLetterReason::NotUtf8, format!("value is not UTF-8: {e}")))?;
-    match serde_json::from_str::<Value>(text) {
+    let mut parser = serde_json::Deserializer::from_str(text);
+    let parsed = serde::de::DeserializeSeed::deserialize(strict::Unique, &mut parser).and_then(|v| {
+        parser.end()?;
+        Ok(v)
+    });
+    match parsed {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(DecodeError::new(
             DeadLetterReason::NotJson,
             "value is JSON but not an object",
         )),
+        Err(e) if e.to_string().starts_with(strict::DUPLICATE) => Err(DecodeError::new(
+            DeadLetterReason::InvalidValue,
+            format!("value has {e}: producers' parsers disagree on which one counts"),
+        )),
         Err(e) => Err(DecodeError::new(
             DeadLetterReason::NotJson,
             format!("value is not JSON: {e}"),
         )),
+    }
+}
+
+/// JSON into a [`Value`], refusing an object that holds the same key twice: serde_json
+/// alone keeps the last one silently, while the producer's reader may have kept the first,
+/// so the two would disagree on the event's content.
+mod strict {
+    use std::fmt;
+
+    use serde::de::{DeserializeSeed, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Value};
+
+    pub const DUPLICATE: &str = "duplicate key";
+
+    pub struct Unique;
+
+    impl<'de> DeserializeSeed<'de> for Unique {
+        type Value = Value;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Unique {
+        type Value = Value;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E: Error>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+
+        fn visit_i64<E: Error>(self, v: i64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+
+        fn visit_u64<E: Error>(self, v: u64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+
+        fn visit_f64<E: Error>(self, v: f64) -> Result<Value, E> {
+            Ok(Value::from(v))
+        }
+
+        fn visit_str<E: Error>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_owned()))
+        }
+
+        fn visit_string<E: Error>(self, v: String) -> Result<Value, E> {
+            Ok(Value::String(v))
+        }
+
+        fn visit_unit<E: Error>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element_seed(Unique)? {
+                items.push(item);
+            }
+            Ok(Value::Array(items))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut object = Map::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let value = map.next_value_seed(Unique)?;
+                if object.contains_key(&key) {
+                    return Err(A::Error::custom(format_args!("{DUPLICATE} {key:?}")));
+                }
+                object.insert(key, value);
+            }
+            Ok(Value::Object(object))
+        }
     }
 }
 
@@ -293,6 +380,20 @@ mod tests {
             DeadLetterReason::NotUtf8
         );
         assert_eq!(reason("not json"), DeadLetterReason::NotJson);
+        assert_eq!(
+            reason(&SAMPLE.replace(
+                "\"order_id\":\"8042\",",
+                "\"order_id\":\"8042\",\"order_id\":\"1\","
+            )),
+            DeadLetterReason::InvalidValue,
+            "a key given twice"
+        );
+        let nested = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert_eq!(
+            reason(&SAMPLE.replace("\"item_count\":3", &format!("\"item_count\":{nested}"))),
+            DeadLetterReason::NotJson,
+            "nesting beyond the parser's depth limit"
+        );
         assert_eq!(reason("[1,2]"), DeadLetterReason::NotJson);
         assert_eq!(
             reason(&SAMPLE.replace("\"order_id\":\"8042\",", "")),
