@@ -12,7 +12,7 @@ HERALD       := target/debug/herald
 LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 
-.PHONY: help deps build lint fmt-check clippy rules deny audit test-all test demo bench bench-build bench-quick \
+.PHONY: help deps build lint fmt-check clippy rules deny audit fuzz test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate delivery-rate
 
 help:
@@ -23,6 +23,7 @@ help:
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
 	@echo "make deny          cargo deny: licenses, bans and sources (part of make test)"
 	@echo "make audit         cargo deny: known vulnerabilities (needs the network)"
+	@echo "make fuzz          each fuzz target for FUZZ_SECONDS (default 60)"
 	@echo "make bench         the full benchmark (< 15 min): bench/results/, BENCHMARKS.md"
 	@echo "make bench-quick   one size of each measurement"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
@@ -69,6 +70,12 @@ audit: deps
 	@$(CARGO) deny check advisories
 
 test: fmt-check clippy rules deny test-all
+
+# The fuzz targets in fuzz/ (decoders, fingerprint canonical form, rendering), each for
+# FUZZ_SECONDS; crashes land in fuzz/artifacts/ and fail the run.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@$(LOCAL)/fuzz.sh $(FUZZ_SECONDS)
 
 stack-up:
 	@$(LOCAL)/stack.sh up

@@ -380,6 +380,12 @@ mod tests {
             DeadLetterReason::NotUtf8
         );
         assert_eq!(reason("not json"), DeadLetterReason::NotJson);
+        // Found by fuzzing: without correctly rounded float parsing, the canonical form of
+        // this number decoded to another f64, and so to another fingerprint.
+        let precise = SAMPLE.replace("\"item_count\":3", "\"item_count\":12.584888888888888888");
+        let event = decode(&precise).unwrap();
+        let canonical = serde_json::to_string(&event.document).unwrap();
+        assert_eq!(decode(&canonical).unwrap().fingerprint, event.fingerprint);
         assert_eq!(
             reason(&SAMPLE.replace(
                 "\"order_id\":\"8042\",",
