@@ -430,7 +430,7 @@ fn flow_control(consumer: &Client, shared: &Shared, stalled: bool) -> bool {
     for (p, e) in st.partitions.iter_mut() {
         let n = e.tracker.outstanding();
         let full = global_full || n >= limits.max_outstanding_per_partition;
-        let low = global_low && n <= limits.max_outstanding_per_partition * 3 / 4;
+        let low = global_low && n <= limits.max_outstanding_per_partition / 4 * 3;
         if !e.paused && full {
             let _ = pause.add_partition(&shared.topic, *p);
             e.paused = true;

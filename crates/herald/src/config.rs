@@ -234,7 +234,9 @@ impl Default for RelayConfig {
 pub struct DeliveryConfig {
     /// Consumer group on herald.deliveries.
     pub group_id: String,
-    /// Attempts in flight at once in this process (claims, sends and records together).
+    /// Provider requests in flight at once in this process. Around them, up to as many
+    /// again attempts are being claimed or recorded, so that database round trips overlap
+    /// the sends instead of holding a slot.
     pub max_in_flight: usize,
     /// Messages received and not yet completed per partition before it is paused alone,
     /// so that one slow partition cannot hold the whole window. 0 (the default): no limit

@@ -3,8 +3,11 @@
 //! Per message: claim (lease + `started` attempt, committed) -> send (one request, SDK
 //! retries off) -> record (outcome + next state + retry outbox row, committed) -> only
 //! then mark the offset done. Claims and records of many attempts are grouped into one
-//! transaction each ([`batcher`]); attempts in flight are bounded by a semaphore, and the
-//! consumer pauses partitions when its window is full ([`herald_kafka::delivery_consumer`]).
+//! statement each ([`batcher`]). Two bounds: `delivery.max_in_flight` provider requests
+//! at once (the send slots), and twice that many attempts between claim and record (the
+//! pipeline), so that the next attempts are claimed while the slots are busy and a slot
+//! never waits for a database round trip. The consumer stops taking messages when its
+//! own window is full ([`herald_kafka::delivery_consumer`]).
 
 mod batcher;
 mod send;
@@ -36,9 +39,11 @@ pub struct DeliveryContext {
     pub senders: send::Senders,
     pub stats: Arc<DeliveryStats>,
     pub obs: Obs,
+    /// Provider requests in flight: `delivery.max_in_flight` slots.
+    pub send_slots: Semaphore,
 }
 
-/// A message taken on: its work item, its intent, and the in-flight permit it holds until
+/// A message taken on: its work item, its intent, and the pipeline permit it holds until
 /// its offset is marked done.
 pub struct Taken {
     pub work: Work,
@@ -58,8 +63,10 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let max_outstanding = (d.max_in_flight * 8).max(1024);
     let limits = FlowLimits {
         max_outstanding,
+        // 0: no limit of its own. (Not the window: a consumer that owns one partition
+        // would then pause it whenever the window is full, which is always under load.)
         max_outstanding_per_partition: match d.max_outstanding_per_partition {
-            0 => max_outstanding,
+            0 => usize::MAX,
             n => n,
         },
         drain_timeout: Duration::from_millis(d.drain_timeout_ms),
@@ -84,6 +91,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         handle: consumer.handle.clone(),
         stats: Arc::new(DeliveryStats::new(obs.metrics.clone())),
         obs,
+        send_slots: Semaphore::new(d.max_in_flight),
     });
     let partition_gauges = tokio::spawn(crate::gauges::watch_partitions(
         ctx.obs.metrics.clone(),
@@ -93,9 +101,12 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     ));
     info!(group = %group, topic = %topic, worker = %worker, max_in_flight = d.max_in_flight, "delivery consuming");
 
-    let in_flight = Arc::new(Semaphore::new(d.max_in_flight));
-    let (claim_tx, claim_rx) = mpsc::channel::<Taken>(d.max_in_flight);
-    let (record_tx, record_rx) = mpsc::channel(d.max_in_flight);
+    // The pipeline: attempts between claim and record (or skip). Twice the send slots, so
+    // that claims run ahead of the sends and records behind them.
+    let pipeline = d.max_in_flight * 2;
+    let in_flight = Arc::new(Semaphore::new(pipeline));
+    let (claim_tx, claim_rx) = mpsc::channel::<Taken>(pipeline);
+    let (record_tx, record_rx) = mpsc::channel(pipeline);
     let claims = tokio::spawn(batcher::claim_loop(ctx.clone(), claim_rx, record_tx.clone()));
     let records = tokio::spawn(batcher::record_loop(ctx.clone(), record_rx));
     drop(record_tx);
@@ -159,7 +170,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     info!("delivery draining");
     drop(claim_tx);
     let drain = Duration::from_millis(d.drain_timeout_ms);
-    let all = u32::try_from(d.max_in_flight).unwrap_or(u32::MAX);
+    let all = u32::try_from(pipeline).unwrap_or(u32::MAX);
     if tokio::time::timeout(drain, in_flight.acquire_many(all))
         .await
         .is_err()

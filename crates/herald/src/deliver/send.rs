@@ -81,6 +81,11 @@ async fn attempt_in_span(
     span: tracing::Span,
 ) {
     let channel = c.channel.as_str();
+    // A send slot, then the channel's rate: claimed attempts wait here (their leases run,
+    // but a slot frees within one attempt timeout), never in front of the database.
+    let Ok(slot) = ctx.send_slots.acquire().await else {
+        return; // never closed
+    };
     ctx.senders.rate_limit(c.channel).await;
     let call = match c.channel {
         Channel::Email => info_span!(
@@ -112,6 +117,7 @@ async fn attempt_in_span(
     call.record("herald.outcome", attempt_outcome.as_str());
     span.record("herald.outcome", attempt_outcome.as_str());
     drop(call);
+    drop(slot);
     ctx.obs
         .metrics
         .attempt_finished(channel, attempt_outcome.as_str(), took);
