@@ -38,8 +38,9 @@ pub struct FlowLimits {
     /// loop takes no more messages; when it stays there for [`STALL`], every partition is
     /// paused until the window is below three quarters again.
     pub max_outstanding: usize,
-    /// The same, per partition.
-    pub max_outstanding_per_partition: usize,
+    /// The same, per partition: a partition over it is paused alone, so that one slow
+    /// partition cannot hold the whole window. `None`: no limit of its own.
+    pub max_outstanding_per_partition: Option<usize>,
     /// How long a revocation (or shutdown) waits for in-flight attempts to be recorded.
     pub drain_timeout: Duration,
 }
@@ -429,8 +430,9 @@ fn flow_control(consumer: &Client, shared: &Shared, stalled: bool) -> bool {
     let mut resume = TopicPartitionList::new();
     for (p, e) in st.partitions.iter_mut() {
         let n = e.tracker.outstanding();
-        let full = global_full || n >= limits.max_outstanding_per_partition;
-        let low = global_low && n <= limits.max_outstanding_per_partition / 4 * 3;
+        let own = limits.max_outstanding_per_partition;
+        let full = global_full || own.is_some_and(|limit| n >= limit);
+        let low = global_low && own.is_none_or(|limit| n <= limit * 3 / 4);
         if !e.paused && full {
             let _ = pause.add_partition(&shared.topic, *p);
             e.paused = true;

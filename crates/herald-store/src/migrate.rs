@@ -51,9 +51,7 @@ impl Store {
             .await?;
         result
     }
-}
 
-impl Store {
     /// Grants `role` what `herald run` needs and nothing more: reading and writing the
     /// rows of every table in the schema, and its sequences. No CREATE on the schema, no
     /// TRUNCATE, no ownership: DDL from `role` fails. Idempotent; run by the schema owner

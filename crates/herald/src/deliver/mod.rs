@@ -58,17 +58,14 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let d = &config.delivery;
     let group = config.group(&d.group_id);
     let topic = config.topic(&config.kafka.topics.deliveries);
-    // Received ahead of the in-flight window (intent ids only: small); the semaphore
-    // bounds the attempts.
-    let max_outstanding = (d.max_in_flight * 8).max(1024);
     let limits = FlowLimits {
-        max_outstanding,
+        // Received ahead of the in-flight window (intent ids only: small); the semaphore
+        // bounds the attempts.
+        max_outstanding: (d.max_in_flight * 8).max(1024),
         // 0: no limit of its own. (Not the window: a consumer that owns one partition
         // would then pause it whenever the window is full, which is always under load.)
-        max_outstanding_per_partition: match d.max_outstanding_per_partition {
-            0 => usize::MAX,
-            n => n,
-        },
+        max_outstanding_per_partition: (d.max_outstanding_per_partition > 0)
+            .then_some(d.max_outstanding_per_partition),
         drain_timeout: Duration::from_millis(d.drain_timeout_ms),
     };
     let mut consumer = DeliveryConsumer::subscribe(&config.kafka_settings(), &group, &topic, limits)?;
