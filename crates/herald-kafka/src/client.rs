@@ -20,10 +20,15 @@ impl KafkaSettings {
         c.set("bootstrap.servers", &self.brokers)
             .set("client.id", &self.client_id)
             .set("socket.keepalive.enable", "true");
+        c
+    }
+
+    /// The `[kafka.properties]` pass-through, applied after a client's tuning so that an
+    /// operator can change it (a shorter session timeout for faster failover, say).
+    fn pass_through(&self, c: &mut ClientConfig) {
         for (k, v) in &self.properties {
             c.set(k, v);
         }
-        c
     }
 
     /// At-least-once consumer: offsets are stored explicitly after the work is durable and
@@ -39,6 +44,7 @@ impl KafkaSettings {
             .set("max.poll.interval.ms", "300000")
             .set("auto.commit.interval.ms", "1000")
             .set("statistics.interval.ms", crate::stats::STATISTICS_INTERVAL_MS);
+        self.pass_through(&mut c);
         // These three make the at-least-once promise; they are set last so that no
         // pass-through property can change them.
         c.set("enable.auto.commit", "true")
@@ -50,10 +56,10 @@ impl KafkaSettings {
     /// Idempotent producer, acknowledged by all in-sync replicas.
     pub fn producer(&self) -> ClientConfig {
         let mut c = self.base();
-        c.set("linger.ms", "5")
-            .set("message.timeout.ms", "30000")
-            .set("enable.idempotence", "true")
-            .set("acks", "all");
+        c.set("linger.ms", "5").set("message.timeout.ms", "30000");
+        self.pass_through(&mut c);
+        // No pass-through property can weaken what the outbox relies on.
+        c.set("enable.idempotence", "true").set("acks", "all");
         c
     }
 
@@ -66,6 +72,7 @@ impl KafkaSettings {
         c.set("group.id", group_id)
             .set("enable.partition.eof", "false")
             .set("auto.offset.reset", "earliest");
+        self.pass_through(&mut c);
         c.set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed");
@@ -73,6 +80,44 @@ impl KafkaSettings {
     }
 
     pub fn admin(&self) -> ClientConfig {
-        self.base()
+        let mut c = self.base();
+        self.pass_through(&mut c);
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KafkaSettings;
+
+    #[test]
+    fn properties_override_tuning_but_never_the_delivery_guarantees() {
+        let s = KafkaSettings {
+            brokers: "127.0.0.1:19092".into(),
+            client_id: "herald-test".into(),
+            properties: [
+                ("session.timeout.ms", "6000"),
+                ("message.timeout.ms", "90000"),
+                ("security.protocol", "SASL_SSL"),
+                ("enable.auto.offset.store", "true"),
+                ("isolation.level", "read_uncommitted"),
+                ("acks", "1"),
+                ("enable.idempotence", "false"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        };
+        let consumer = s.consumer("g");
+        assert_eq!(consumer.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(consumer.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(consumer.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(consumer.get("isolation.level"), Some("read_committed"));
+        let producer = s.producer();
+        assert_eq!(producer.get("message.timeout.ms"), Some("90000"));
+        assert_eq!(producer.get("acks"), Some("all"));
+        assert_eq!(producer.get("enable.idempotence"), Some("true"));
+        assert_eq!(s.admin().get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(s.reader("g").get("isolation.level"), Some("read_committed"));
     }
 }
