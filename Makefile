@@ -12,7 +12,7 @@ HERALD       := target/debug/herald
 LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 
-.PHONY: help deps build lint fmt-check clippy rules deny audit fuzz test-all test demo bench bench-build bench-quick \
+.PHONY: help deps build lint fmt-check clippy rules deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate delivery-rate
 
 help:
@@ -23,6 +23,7 @@ help:
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
 	@echo "make deny          cargo deny: licenses, bans and sources (part of make test)"
 	@echo "make audit         cargo deny: known vulnerabilities (needs the network)"
+	@echo "make chaos         the reliability scenarios, long version (short one: part of make test)"
 	@echo "make fuzz          each fuzz target for FUZZ_SECONDS (default 60)"
 	@echo "make bench         the full benchmark (< 15 min): bench/results/, BENCHMARKS.md"
 	@echo "make bench-quick   one size of each measurement"
@@ -69,7 +70,19 @@ audit: deps
 	@echo "audit: cargo deny check advisories (fetches the RustSec database)"
 	@$(CARGO) deny check advisories
 
-test: fmt-check clippy rules deny test-all
+test: fmt-check clippy rules deny test-all chaos-short
+
+# The reliability scenarios (integration-tests/src/chaos): faults injected into the real
+# stack and several herald processes, then the invariants checked. They stop and start the
+# stack's broker and database, so they run alone, after the other tests. The short version
+# is part of `make test`; CHAOS_ARGS passes e.g. `--seed N` or scenario names.
+CHAOS_ARGS ?=
+chaos-short: build stack-up
+	@echo "test: chaos scenarios, short version"
+	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-chaos $(CHAOS_ARGS)
+
+chaos: build stack-up
+	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-chaos --long $(CHAOS_ARGS)
 
 # The fuzz targets in fuzz/ (decoders, fingerprint canonical form, rendering), each for
 # FUZZ_SECONDS; crashes land in fuzz/artifacts/ and fail the run.

@@ -7,6 +7,7 @@
 //! topic, committed offsets. They wait for conditions with a deadline, never sleep and hope.
 
 pub mod bench;
+pub mod chaos;
 pub mod http;
 pub mod kafka;
 pub mod moto;
@@ -282,23 +283,15 @@ channels = ["email", "sms"]
 
     /// Starts `herald run --roles ROLES` with extra environment; killed when dropped.
     pub fn spawn_roles(&self, roles: &str, label: &str, env: &[(&str, &str)]) -> Result<HeraldProcess> {
-        let log_path = self.dir.join(format!("{label}.log"));
-        let log = std::fs::File::create(&log_path)?;
-        let mut cmd = Command::new(herald_bin());
-        cmd.arg("--config")
-            .arg(&self.config_path)
-            .args(["run", "--roles", roles])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
-        for (k, v) in env {
-            cmd.env(k, v);
+        self.launcher().spawn_roles(roles, label, env)
+    }
+
+    /// What starting this namespace's herald processes takes, apart from the namespace.
+    pub fn launcher(&self) -> Launcher {
+        Launcher {
+            config_path: self.config_path.clone(),
+            dir: self.dir.clone(),
         }
-        let child = cmd.spawn().context("spawning herald run")?;
-        Ok(HeraldProcess {
-            child: Some(child),
-            log_path,
-        })
     }
 
     pub async fn count(&self, sql: &str) -> Result<i64> {
@@ -335,6 +328,37 @@ channels = ["email", "sms"]
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.database))
                 .await;
         }
+    }
+}
+
+/// Starts `herald run` processes with one namespace's configuration, logging to its
+/// directory.
+#[derive(Clone)]
+pub struct Launcher {
+    config_path: PathBuf,
+    dir: PathBuf,
+}
+
+impl Launcher {
+    /// Starts `herald run --roles ROLES` with extra environment; killed when dropped.
+    pub fn spawn_roles(&self, roles: &str, label: &str, env: &[(&str, &str)]) -> Result<HeraldProcess> {
+        let log_path = self.dir.join(format!("{label}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let mut cmd = Command::new(herald_bin());
+        cmd.arg("--config")
+            .arg(&self.config_path)
+            .args(["run", "--roles", roles])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().context("spawning herald run")?;
+        Ok(HeraldProcess {
+            child: Some(child),
+            log_path,
+        })
     }
 }
 

@@ -43,3 +43,9 @@ fn entries(data: &Value, service: &str, model: &str) -> Vec<Value> {
         .cloned()
         .unwrap_or_default()
 }
+
+/// Everything moto received: (SES messages, SMS), from one read of its state.
+pub async fn received() -> Result<(Vec<Value>, Vec<Value>)> {
+    let data = get("/moto-api/data.json").await?;
+    Ok((entries(&data, "ses", "Message"), entries(&data, "sns", "SMS")))
+}

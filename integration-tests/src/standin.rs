@@ -26,35 +26,49 @@ pub async fn start(delay: Duration) -> Result<(String, Arc<AtomicU64>)> {
     Ok((addr, served))
 }
 
+/// One HTTP/1.1 request read off a connection: its head (lower-cased) and its raw bytes.
+pub(crate) struct Request {
+    pub head: String,
+    pub raw: Vec<u8>,
+}
+
+/// Reads the next request (headers, then Content-Length bytes of body) from `s`, keeping
+/// what arrived beyond it in `buf`; `None` when the peer closed or the read failed.
+pub(crate) async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Request> {
+    let head_end = loop {
+        if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break p + 4;
+        }
+        read_more(s, buf).await?;
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + len {
+        read_more(s, buf).await?;
+    }
+    let raw = buf.drain(..head_end + len).collect();
+    Some(Request { head, raw })
+}
+
+async fn read_more(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<()> {
+    let mut chunk = [0u8; 8192];
+    match s.read(&mut chunk).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Some(())
+        }
+    }
+}
+
 async fn serve(mut s: TcpStream, delay: Duration, served: Arc<AtomicU64>) {
     let mut buf = Vec::with_capacity(8192);
-    loop {
-        // Read one request: headers, then Content-Length bytes of body.
-        let head_end = loop {
-            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break p + 4;
-            }
-            let mut chunk = [0u8; 8192];
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-        let len: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0);
-        while buf.len() < head_end + len {
-            let mut chunk = [0u8; 8192];
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-        let is_ses = head.starts_with("post /v2/email/outbound-emails");
-        buf.drain(..head_end + len);
+    while let Some(req) = read_request(&mut s, &mut buf).await {
+        let is_ses = req.head.starts_with("post /v2/email/outbound-emails");
         tokio::time::sleep(delay).await;
         let n = served.fetch_add(1, Ordering::Relaxed);
         let (content_type, body) = if is_ses {

@@ -1,0 +1,390 @@
+//! The checks after a scenario, read from what a user would look at: the intents and
+//! attempts in PostgreSQL, what the provider fake received, the committed offsets and the
+//! dead-letter topic.
+//!
+//! (a) intents = distinct routed business keys, none lost, none extra;
+//! (b) every intent terminal, `unknown`, or `retry_scheduled` with a due time;
+//! (c) provider sends = `accepted` attempts + sends after `unknown`: per intent, no
+//!     accepted attempt without a send, no send without an accepted or `unknown` attempt,
+//!     and no second send unless an `unknown` attempt explains it;
+//! (d) every attempt has a final outcome;
+//! (e) committed offsets cover everything produced (lag 0);
+//! (f) conflicts recorded = conflicting re-emissions produced.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Display;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde_json::Value;
+
+use super::plan::Plan;
+use crate::kafka::{committed_lag, read_all};
+use crate::{moto, pg_connect, wait_for, TestEnv};
+
+/// One scenario's figures and what it found wrong; printed as one line each.
+pub struct Report {
+    pub name: String,
+    figures: Vec<(String, String)>,
+    pub violations: Vec<String>,
+}
+
+impl Report {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            figures: Vec::new(),
+            violations: Vec::new(),
+        }
+    }
+
+    pub fn fig(&mut self, key: &str, value: impl Display) {
+        self.figures.push((key.to_owned(), value.to_string()));
+    }
+
+    pub fn violation(&mut self, what: impl Into<String>) {
+        self.violations.push(what.into());
+    }
+
+    pub fn line(&self) -> String {
+        let figures: Vec<String> = self.figures.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!("{}: {}", self.name, figures.join(" "))
+    }
+}
+
+/// Waits (up to `timeout`) until the run is at rest: every expected intent exists, none is
+/// pending, sending or waiting for a retry, the outbox is empty, no attempt is open, and
+/// both consumer groups have committed everything. Returns whether it got there; the
+/// invariants are checked either way and say what did not settle.
+pub async fn settle(env: &TestEnv, plan: &Plan, timeout: Duration) -> Result<bool> {
+    let expected = plan.expected_intents() as i64;
+    let settled = wait_for("the run to settle", timeout, || async {
+        let db = pg_connect(&env.db_url).await?;
+        let row = db
+            .query_one(
+                "SELECT (SELECT count(*) FROM notification_intents),
+                        (SELECT count(*) FROM notification_intents
+                          WHERE state IN ('pending', 'sending', 'retry_scheduled'))
+                      + (SELECT count(*) FROM outbox)
+                      + (SELECT count(*) FROM notification_attempts WHERE outcome = 'started')",
+                &[],
+            )
+            .await?;
+        let (intents, open): (i64, i64) = (row.get(0), row.get(1));
+        Ok((intents >= expected && open == 0 && lag(env)? == 0).then_some(()))
+    })
+    .await;
+    Ok(settled.is_ok())
+}
+
+/// Committed lag of the ingest group (order events, seller profiles) plus the delivery
+/// group (deliveries).
+fn lag(env: &TestEnv) -> Result<i64> {
+    let ingest = committed_lag(
+        &env.group("herald-ingest"),
+        &[&env.topic("order-events"), &env.topic("seller-profiles")],
+    )?;
+    let delivery = committed_lag(&env.group("herald-delivery"), &[&env.topic("herald.deliveries")])?;
+    Ok(ingest + delivery)
+}
+
+struct Intent {
+    id: String,
+    order: String,
+    channel: String,
+    state: String,
+    due: bool,
+    accepted: i64,
+    unknown: i64,
+    open: i64,
+    after_unknown: i64,
+    lease_expired: i64,
+    attempts: i64,
+}
+
+impl Intent {
+    /// Terminal, `unknown` (an operator's to resolve), or waiting for a retry that is due.
+    fn at_rest(&self) -> bool {
+        match self.state.as_str() {
+            "accepted" | "rejected" | "failed" | "suppressed" | "unknown" => true,
+            "retry_scheduled" => self.due,
+            _ => false,
+        }
+    }
+
+    fn name(&self) -> String {
+        format!("{} ({}/{}, {})", self.id, self.order, self.channel, self.state)
+    }
+}
+
+/// Checks (a)–(f) and adds their figures and violations to `report`.
+pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()> {
+    let db = pg_connect(&env.db_url).await?;
+    let intents: Vec<Intent> = db
+        .query(
+            "SELECT i.id::text, i.order_id, i.channel, i.state, i.next_attempt_at IS NOT NULL,
+                    count(a.id) FILTER (WHERE a.outcome = 'accepted'),
+                    count(a.id) FILTER (WHERE a.outcome = 'unknown'),
+                    count(a.id) FILTER (WHERE a.outcome = 'started' OR a.finished_at IS NULL),
+                    count(a.id) FILTER (WHERE a.after_unknown),
+                    count(a.id) FILTER (WHERE a.error_category = 'lease_expired'),
+                    count(a.id)
+               FROM notification_intents i LEFT JOIN notification_attempts a ON a.intent_id = i.id
+              GROUP BY i.id",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| Intent {
+            id: r.get(0),
+            order: r.get(1),
+            channel: r.get(2),
+            state: r.get(3),
+            due: r.get(4),
+            accepted: r.get(5),
+            unknown: r.get(6),
+            open: r.get(7),
+            after_unknown: r.get(8),
+            lease_expired: r.get(9),
+            attempts: r.get(10),
+        })
+        .collect();
+
+    // (a) One intent per routed business key.
+    let by_key: BTreeMap<(&str, &str), &Intent> = intents
+        .iter()
+        .map(|i| ((i.order.as_str(), i.channel.as_str()), i))
+        .collect();
+    let lost: Vec<String> = plan
+        .orders
+        .iter()
+        .flat_map(|o| super::plan::CHANNELS.iter().map(move |c| (o.as_str(), *c)))
+        .filter(|k| !by_key.contains_key(k))
+        .map(|(o, c)| format!("{o}/{c}"))
+        .collect();
+    let produced: BTreeSet<&str> = plan.orders.iter().map(String::as_str).collect();
+    let extra: Vec<String> = intents
+        .iter()
+        .filter(|i| !produced.contains(i.order.as_str()))
+        .map(Intent::name)
+        .collect();
+    report.fig(
+        "intents",
+        format!("{}/{}", intents.len() - extra.len(), plan.expected_intents()),
+    );
+    report.fig("lost", lost.len());
+    flag(report, "(a) business keys without an intent (lost)", &lost);
+    flag(report, "(a) intents of no produced order", &extra);
+
+    // (b) Every intent at rest.
+    let restless: Vec<String> = intents
+        .iter()
+        .filter(|i| !i.at_rest())
+        .map(Intent::name)
+        .collect();
+    let mut states: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in &intents {
+        *states.entry(i.state.as_str()).or_default() += 1;
+    }
+    let states: Vec<String> = states.iter().map(|(s, n)| format!("{s}:{n}")).collect();
+    report.fig("states", states.join(","));
+    flag(
+        report,
+        "(b) intents not terminal, unknown or due for a retry",
+        &restless,
+    );
+
+    // (c) What the provider received, per business key.
+    let sends = provider_sends(plan).await?;
+    let (mut total, mut unexplained, mut unbacked, mut unseen) = (0i64, Vec::new(), Vec::new(), Vec::new());
+    for ((order, channel), n) in &sends {
+        total += n;
+        if !by_key.contains_key(&(order.as_str(), channel.as_str())) {
+            unbacked.push(format!("{order}/{channel}: {n} send(s) and no intent"));
+        }
+    }
+    for i in &intents {
+        let n = sends
+            .get(&(i.order.clone(), i.channel.clone()))
+            .copied()
+            .unwrap_or(0);
+        let detail = || {
+            format!(
+                "{}: {n} send(s), attempts={} accepted={} unknown={} after_unknown={}",
+                i.name(),
+                i.attempts,
+                i.accepted,
+                i.unknown,
+                i.after_unknown
+            )
+        };
+        if n > 1 + i.unknown || i.accepted > 1 {
+            unexplained.push(detail());
+        }
+        if n > i.accepted + i.unknown {
+            unbacked.push(detail());
+        }
+        if n < i.accepted {
+            unseen.push(detail());
+        }
+    }
+    let accepted: i64 = intents.iter().map(|i| i.accepted).sum();
+    let unknown: i64 = intents.iter().map(|i| i.unknown).sum();
+    report.fig("sends", total);
+    report.fig("accepted", accepted);
+    report.fig("unknown_attempts", unknown);
+    report.fig(
+        "lease_expired",
+        intents.iter().map(|i| i.lease_expired).sum::<i64>(),
+    );
+    report.fig("unexplained_duplicate_sends", unexplained.len());
+    report.fig("unbacked_sends", unbacked.len());
+    report.fig("accepted_unseen", unseen.len());
+    flag(
+        report,
+        "(c) duplicate sends no unknown attempt explains",
+        &unexplained,
+    );
+    flag(
+        report,
+        "(c) sends without an accepted or unknown attempt",
+        &unbacked,
+    );
+    flag(
+        report,
+        "(c) accepted attempts the provider never received",
+        &unseen,
+    );
+
+    let outcomes: Vec<String> = db
+        .query(
+            "SELECT outcome || coalesce('/' || error_category, ''), count(*) FROM notification_attempts
+              GROUP BY 1 ORDER BY 1",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| format!("{}:{}", r.get::<_, String>(0), r.get::<_, i64>(1)))
+        .collect();
+    report.fig("attempts", outcomes.join(","));
+
+    // (d) Every attempt finished.
+    let open: Vec<String> = intents.iter().filter(|i| i.open > 0).map(Intent::name).collect();
+    report.fig("open_attempts", intents.iter().map(|i| i.open).sum::<i64>());
+    flag(report, "(d) intents with an attempt that never finished", &open);
+
+    // (e) Lag 0, and nothing valid dead-lettered.
+    let lag = lag(env)?;
+    report.fig("lag", lag);
+    if lag != 0 {
+        report.violation(format!(
+            "(e) committed offsets are {lag} behind what was produced"
+        ));
+    }
+    let dead = read_all(&env.topic("herald.dead-letter"))?.len();
+    report.fig("dead_letters", dead);
+    if dead != 0 {
+        report.violation(format!("{dead} valid event(s) dead-lettered"));
+    }
+
+    // (f) Every conflicting re-emission recorded once, against its order's intents.
+    let recorded: BTreeMap<String, i64> = db
+        .query(
+            "SELECT i.order_id, count(DISTINCT (c.source_partition, c.source_offset))
+               FROM intent_conflicts c JOIN notification_intents i ON i.id = c.intent_id
+              GROUP BY i.order_id",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut injected: BTreeMap<String, i64> = BTreeMap::new();
+    for m in &plan.conflicts {
+        *injected.entry(plan.orders[m.order].clone()).or_default() += 1;
+    }
+    let mismatched: Vec<String> = injected
+        .keys()
+        .chain(recorded.keys())
+        .filter(|o| injected.get(*o) != recorded.get(*o))
+        .map(|o| {
+            format!(
+                "{o}: injected {} recorded {}",
+                injected.get(o).unwrap_or(&0),
+                recorded.get(o).unwrap_or(&0)
+            )
+        })
+        .collect();
+    report.fig(
+        "conflicts",
+        format!("{}/{}", recorded.values().sum::<i64>(), plan.conflicts.len()),
+    );
+    flag(
+        report,
+        "(f) conflicts recorded differ from those injected",
+        &mismatched,
+    );
+    Ok(())
+}
+
+/// Sends the provider fake received for this run, by (order, channel): e-mails by the
+/// order id in their subject, SMS by the order id in their text.
+async fn provider_sends(plan: &Plan) -> Result<BTreeMap<(String, String), i64>> {
+    let (emails, sms) = moto::received().await?;
+    let mut out = BTreeMap::new();
+    for (channel, messages, field) in [("email", emails, "subject"), ("sms", sms, "message")] {
+        for m in messages {
+            if let Some(order) = m
+                .get(field)
+                .and_then(Value::as_str)
+                .and_then(|t| order_in(t, &plan.tag))
+            {
+                *out.entry((order, channel.to_owned())).or_default() += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The order id (`TAG-N`) in a rendered text, if the text is one of this run's.
+fn order_in(text: &str, tag: &str) -> Option<String> {
+    let start = text.find(tag)?;
+    let rest = &text[start..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .unwrap_or(rest.len());
+    Some(rest[..end].to_owned())
+}
+
+/// Adds a violation naming (up to 20 of) the intents involved.
+fn flag(report: &mut Report, what: &str, items: &[String]) {
+    if items.is_empty() {
+        return;
+    }
+    let shown: Vec<&str> = items.iter().take(20).map(String::as_str).collect();
+    let more = items.len().saturating_sub(shown.len());
+    let tail = if more > 0 {
+        format!(" (and {more} more)")
+    } else {
+        String::new()
+    };
+    report.violation(format!("{what}: {}: {}{tail}", items.len(), shown.join("; ")));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::order_in;
+
+    #[test]
+    fn an_order_id_is_found_in_the_rendered_subject_and_sms_text() {
+        assert_eq!(
+            order_in("New order cab12-17 on acme", "cab12").as_deref(),
+            Some("cab12-17")
+        );
+        assert_eq!(
+            order_in("New order cab12-3: 3 item(s)", "cab12").as_deref(),
+            Some("cab12-3")
+        );
+        assert_eq!(order_in("New order 8042 on acme", "cab12"), None);
+    }
+}

@@ -1,0 +1,180 @@
+//! What a scenario produces: orders with a run-unique tag in their ids, each published one
+//! or more times (exact re-emissions, some from a second producer), and for a share of
+//! them a re-emission with changed content. The plan is also the expectation the
+//! invariants are checked against.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures::future::try_join_all;
+use rdkafka::producer::FutureProducer;
+
+use super::rng::Rng;
+use crate::kafka::{produce, producer};
+use crate::samples::{order_event, UniqueSeller};
+use crate::TestEnv;
+
+/// The channels an `order.created` event is routed to in the test configuration.
+pub const CHANNELS: [&str; 2] = ["email", "sms"];
+
+pub struct PlanSpec {
+    pub orders: usize,
+    /// Each order event is produced 1..=max_copies times, identical bytes.
+    pub max_copies: u64,
+    /// Share of the copies produced by a second, independent producer.
+    pub second_producer_share: f64,
+    /// Share of the orders re-sent later with changed content (a different total).
+    pub conflict_share: f64,
+}
+
+pub struct Message {
+    pub order: usize,
+    pub second_producer: bool,
+    pub value: Vec<u8>,
+}
+
+pub struct Plan {
+    /// In every order id of the run, unique to the run: what the provider received is
+    /// attributed by it.
+    pub tag: String,
+    pub sellers: Vec<UniqueSeller>,
+    pub orders: Vec<String>,
+    /// The order events and their exact re-emissions, shuffled.
+    pub messages: Vec<Message>,
+    /// Re-emissions with changed content, produced after every message above was
+    /// acknowledged, so each lands behind its original in the order's partition.
+    pub conflicts: Vec<Message>,
+}
+
+const SELLERS: usize = 8;
+
+impl Plan {
+    pub fn new(spec: &PlanSpec, rng: &mut Rng) -> Self {
+        // Not from the seed: a repeated seed must not count an earlier run's sends.
+        let tag = format!("c{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        let orders: Vec<String> = (0..spec.orders).map(|n| format!("{tag}-{n}")).collect();
+        let mut messages = Vec::new();
+        let mut conflicts = Vec::new();
+        for (i, order) in orders.iter().enumerate() {
+            let seller = format!("seller-{}", i % SELLERS);
+            let value = order_event(
+                &format!("evt-{order}"),
+                "order.created",
+                "acme",
+                order,
+                &seller,
+                "12.00",
+            );
+            for _ in 0..rng.range(1, spec.max_copies) {
+                messages.push(Message {
+                    order: i,
+                    second_producer: rng.chance(spec.second_producer_share),
+                    value: value.clone(),
+                });
+            }
+            if rng.chance(spec.conflict_share) {
+                conflicts.push(Message {
+                    order: i,
+                    second_producer: rng.chance(spec.second_producer_share),
+                    value: order_event(
+                        &format!("evt-{order}-changed"),
+                        "order.created",
+                        "acme",
+                        order,
+                        &seller,
+                        "99.99",
+                    ),
+                });
+            }
+        }
+        rng.shuffle(&mut messages);
+        Self {
+            tag,
+            sellers: (0..SELLERS).map(|_| UniqueSeller::new()).collect(),
+            orders,
+            messages,
+            conflicts,
+        }
+    }
+
+    pub fn events(&self) -> usize {
+        self.messages.len() + self.conflicts.len()
+    }
+
+    /// Exact re-emissions: events beyond the first of each order.
+    pub fn duplicates(&self) -> usize {
+        self.messages.len() - self.orders.len()
+    }
+
+    /// Business keys (order, channel) that must each end as one intent.
+    pub fn expected_intents(&self) -> usize {
+        self.orders.len() * CHANNELS.len()
+    }
+
+    /// Publishes the sellers' profiles (opted in, destinations of their own) and waits
+    /// until they are stored, so that every order is routed with consent granted.
+    pub async fn seed_sellers(&self, env: &TestEnv) -> Result<()> {
+        let p = producer()?;
+        for (i, seller) in self.sellers.iter().enumerate() {
+            let id = format!("seller-{i}");
+            let profile = seller.profile(&id);
+            produce(
+                &p,
+                &env.topic("seller-profiles"),
+                Some(&profile.key()),
+                Some(&profile.value()),
+                &[],
+            )
+            .await?;
+        }
+        env.wait_count(
+            "sellers stored",
+            "SELECT count(*) FROM sellers",
+            self.sellers.len() as i64,
+            Duration::from_secs(60),
+        )
+        .await
+    }
+}
+
+/// What was produced, once every message was acknowledged by the broker.
+pub struct Production {
+    pub messages: usize,
+    pub conflicts: usize,
+}
+
+/// Produces the plan's messages evenly over `over` (ten slices a second) from two
+/// producers, then its conflicting re-emissions. Each slice waits for the broker's
+/// acknowledgements, so a broker outage stretches the production instead of losing it.
+pub async fn produce_plan(plan: Arc<Plan>, topic: String, over: Duration) -> Result<Production> {
+    let producers = [producer()?, producer()?];
+    let slices = (over.as_millis() / 100).max(1) as usize;
+    let per_slice = plan.messages.len().div_ceil(slices).max(1);
+    let start = Instant::now();
+    for (n, chunk) in plan.messages.chunks(per_slice).enumerate() {
+        send_all(&producers, &plan, &topic, chunk).await?;
+        let due = start + Duration::from_millis(100 * (n as u64 + 1));
+        tokio::time::sleep_until(due.into()).await;
+    }
+    send_all(&producers, &plan, &topic, &plan.conflicts).await?;
+    Ok(Production {
+        messages: plan.messages.len(),
+        conflicts: plan.conflicts.len(),
+    })
+}
+
+async fn send_all(producers: &[FutureProducer; 2], plan: &Plan, topic: &str, msgs: &[Message]) -> Result<()> {
+    try_join_all(msgs.iter().map(|m| {
+        let key = plan.orders[m.order].as_bytes();
+        produce(
+            &producers[usize::from(m.second_producer)],
+            topic,
+            Some(key),
+            Some(&m.value),
+            &[],
+        )
+    }))
+    .await?;
+    Ok(())
+}

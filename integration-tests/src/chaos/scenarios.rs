@@ -1,0 +1,502 @@
+//! The eight scenarios. Each starts its own namespace (database, topics), its own herald
+//! processes, produces its plan while injecting its fault, and ends with the invariants.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use tokio::task::JoinHandle;
+
+use super::faults::{rss_mib, stack, Throttler};
+use super::fleet::Fleet;
+use super::invariants::{check, settle, Report};
+use super::plan::{produce_plan, Plan, PlanSpec, Production};
+use super::rng::Rng;
+use super::Scale;
+use crate::http::request;
+use crate::moto::MOTO;
+use crate::toxiproxy::Proxy;
+use crate::{wait_for, EnvOptions, TestEnv};
+
+pub const ALL: [&str; 8] = [
+    "storm",
+    "conflicts",
+    "sigkill",
+    "broker",
+    "database",
+    "provider",
+    "churn",
+    "slow",
+];
+
+pub async fn run(name: &str, scale: Scale, rng: &mut Rng) -> Result<Report> {
+    match name {
+        "storm" => storm(scale, rng).await,
+        "conflicts" => conflicts(scale, rng).await,
+        "sigkill" => sigkill(scale, rng).await,
+        "broker" => broker(scale, rng).await,
+        "database" => database(scale, rng).await,
+        "provider" => provider(scale, rng).await,
+        "churn" => churn(scale, rng).await,
+        "slow" => slow(scale, rng).await,
+        other => anyhow::bail!("no scenario {other:?}; there are {}", ALL.join(", ")),
+    }
+}
+
+/// One scenario's world: its namespace, its plan, and its report so far.
+struct Run {
+    env: TestEnv,
+    plan: Arc<Plan>,
+    report: Report,
+    started: Instant,
+    scale: Scale,
+}
+
+impl Run {
+    /// A fresh namespace; the plan's sellers are stored (by an ingest process of its own)
+    /// before any order is produced.
+    async fn new(
+        name: &str,
+        scale: Scale,
+        spec: PlanSpec,
+        rng: &mut Rng,
+        options: EnvOptions,
+    ) -> Result<Self> {
+        Self::with_config(name, scale, spec, rng, options, "").await
+    }
+
+    /// Like [`Run::new`], with `extra_toml` appended to the configuration.
+    async fn with_config(
+        name: &str,
+        scale: Scale,
+        spec: PlanSpec,
+        rng: &mut Rng,
+        options: EnvOptions,
+        extra_toml: &str,
+    ) -> Result<Self> {
+        let env = TestEnv::with_options(&format!("chaos_{name}"), extra_toml, options).await?;
+        let plan = Arc::new(Plan::new(&spec, rng));
+        let mut seeder = env.spawn_roles("ingest", "seed-sellers", &[])?;
+        plan.seed_sellers(&env).await?;
+        seeder.terminate(Duration::from_secs(30)).await?;
+        let mut report = Report::new(name);
+        report.fig("events", plan.events());
+        report.fig("duplicates", plan.duplicates());
+        Ok(Self {
+            env,
+            plan,
+            report,
+            started: Instant::now(),
+            scale,
+        })
+    }
+
+    /// Starts producing the plan, spread over `over`.
+    fn produce(&self, over: Duration) -> JoinHandle<Result<Production>> {
+        tokio::spawn(produce_plan(
+            self.plan.clone(),
+            self.env.topic("order-events"),
+            over,
+        ))
+    }
+
+    /// Waits for the run to settle, checks the invariants, and adds the fleet's findings.
+    /// The namespace is dropped when nothing was found; kept (and named) otherwise.
+    async fn finish(mut self, fleet: Fleet, production: JoinHandle<Result<Production>>) -> Result<Report> {
+        let produced = production.await.context("production task")??;
+        anyhow::ensure!(produced.messages + produced.conflicts == self.plan.events());
+        let mut fleet = fleet;
+        let timeout = Duration::from_secs(self.scale.pick(180, 600));
+        let settled = settle(&self.env, &self.plan, timeout).await?;
+        check(&self.env, &self.plan, &mut self.report).await?;
+        fleet.note_exits();
+        for f in &fleet.failures {
+            self.report.violation(format!("herald process: {f}"));
+        }
+        if !settled {
+            self.report
+                .violation(format!("the run did not settle within {timeout:?}"));
+        }
+        self.report.fig("secs", self.started.elapsed().as_secs());
+        drop(fleet);
+        let report = self.report;
+        if report.violations.is_empty() {
+            self.env.cleanup().await;
+        } else {
+            let e = &self.env;
+            println!(
+                "  kept for inspection: database {}, logs {}",
+                e.database,
+                e.dir.display()
+            );
+        }
+        Ok(report)
+    }
+}
+
+fn spec(orders: usize, max_copies: u64, conflict_share: f64) -> PlanSpec {
+    PlanSpec {
+        orders,
+        max_copies,
+        second_producer_share: 0.3,
+        conflict_share,
+    }
+}
+
+/// Every order event produced 1–5 times, a share of the copies by a second producer, two
+/// ingest instances: each business key must converge into one intent, sent once.
+async fn storm(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let run = Run::new(
+        "storm",
+        scale,
+        spec(scale.pick(400, 5000), 5, 0.0),
+        rng,
+        EnvOptions::default(),
+    )
+    .await?;
+    let mut fleet = Fleet::new(&run.env);
+    for roles in ["ingest", "ingest", "relay", "deliver"] {
+        fleet.spawn(roles, &[])?;
+    }
+    let production = run.produce(Duration::from_secs(scale.pick(8, 60)));
+    run.finish(fleet, production).await
+}
+
+/// A share of the keys re-sent later with changed content, from either producer: each is
+/// recorded as a conflict against the intent, and the intent keeps its first content.
+async fn conflicts(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let run = Run::new(
+        "conflicts",
+        scale,
+        spec(scale.pick(300, 3000), 2, 0.1),
+        rng,
+        EnvOptions::default(),
+    )
+    .await?;
+    let mut fleet = Fleet::new(&run.env);
+    for roles in ["ingest", "ingest", "relay", "deliver"] {
+        fleet.spawn(roles, &[])?;
+    }
+    let production = run.produce(Duration::from_secs(scale.pick(8, 60)));
+    let report = run.finish(fleet, production).await?;
+    Ok(report)
+}
+
+/// A dead consumer holds its partitions until its session times out (Herald's default is
+/// 10 s); the scenarios that kill consumers often shorten it as an SRE would, to the
+/// broker's minimum.
+const FAST_FAILOVER: &str = "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n";
+
+/// The named failpoints, each parking a share of the passes until the process is killed:
+/// a SIGKILL then lands right after the database commit, the publish, the claim, the send
+/// or the record.
+const FAILPOINTS: [(&str, &str); 3] = [
+    ("ingest", "ingest-after-db-commit=3%sleep(600000)"),
+    ("relay", "relay-after-publish=3%sleep(600000)"),
+    (
+        "deliver",
+        "deliver-after-claim=1%sleep(600000);deliver-after-send=1%sleep(600000);deliver-after-record=1%sleep(600000)",
+    ),
+];
+
+/// Ingest, relay and delivery processes SIGKILLed at random moments, many times in one
+/// run, while their failpoints park some of them right after a commit point; each is
+/// replaced at once. Afterwards the fleet restarts without failpoints and settles.
+async fn sigkill(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let spec = spec(scale.pick(300, 2000), 2, 0.05);
+    let mut run = Run::with_config("sigkill", scale, spec, rng, EnvOptions::default(), FAST_FAILOVER).await?;
+    let mut fleet = Fleet::new(&run.env);
+    for (roles, failpoints) in FAILPOINTS.iter().chain(FAILPOINTS.iter()) {
+        fleet.spawn(roles, &[("FAILPOINTS", failpoints)])?;
+    }
+    // A kill every few seconds: often enough to land in the middle of work, rarely enough
+    // that the group's rebalances complete in between and the replacements get work.
+    let production = run.produce(Duration::from_secs(scale.pick(30, 150)));
+    while !production.is_finished() {
+        tokio::time::sleep(Duration::from_millis(rng.range(1500, 4000))).await;
+        fleet.kill_and_replace(rng)?;
+    }
+    fleet.restart_clean(&[])?;
+    run.report.fig("kills", fleet.kills);
+    run.finish(fleet, production).await
+}
+
+/// The broker stopped and started mid-run (twice in the long version): producers wait,
+/// consumers reconnect, nothing is lost or sent twice.
+async fn broker(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let mut run = Run::new(
+        "broker",
+        scale,
+        spec(scale.pick(300, 2000), 2, 0.05),
+        rng,
+        EnvOptions::default(),
+    )
+    .await?;
+    let mut fleet = Fleet::new(&run.env);
+    for roles in ["ingest", "relay", "deliver", "deliver"] {
+        fleet.spawn(roles, &[])?;
+    }
+    let over = Duration::from_secs(scale.pick(20, 90));
+    let production = run.produce(over);
+    let restarts = scale.pick(1, 2);
+    let mut down = Duration::ZERO;
+    for _ in 0..restarts {
+        tokio::time::sleep(over / (restarts + 1)).await;
+        let t = Instant::now();
+        stack("kafka", "stop").await?;
+        tokio::time::sleep(Duration::from_secs(rng.range(3, scale.pick(6, 20)))).await;
+        stack("kafka", "start").await?;
+        down += t.elapsed();
+    }
+    run.report.fig("broker_restarts", restarts);
+    run.report.fig("broker_down_s", down.as_secs());
+    run.finish(fleet, production).await
+}
+
+/// PostgreSQL stopped (fast shutdown) and started mid-run: every herald process says
+/// not-ready on `/readyz` meanwhile, and is ready again afterwards without a restart.
+async fn database(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let mut run = Run::new(
+        "database",
+        scale,
+        spec(scale.pick(300, 2000), 2, 0.05),
+        rng,
+        EnvOptions::default(),
+    )
+    .await?;
+    let mut fleet = Fleet::new(&run.env);
+    for roles in ["ingest", "relay", "deliver"] {
+        fleet.spawn(roles, &[])?;
+    }
+    let addrs = fleet.admin_addrs().await?;
+    let pids = fleet.pids();
+    let over = Duration::from_secs(scale.pick(20, 90));
+    let production = run.produce(over);
+    let restarts = scale.pick(1, 2);
+    let (mut not_ready_seen, mut recovery) = (vec![false; addrs.len()], Duration::ZERO);
+    for _ in 0..restarts {
+        tokio::time::sleep(over / (restarts + 1)).await;
+        stack("postgres", "stop").await?;
+        let outage = Duration::from_secs(rng.range(4, scale.pick(8, 20)));
+        let t = Instant::now();
+        while t.elapsed() < outage {
+            for (i, addr) in addrs.iter().enumerate() {
+                if matches!(request(addr, "GET", "/readyz", None).await, Ok((503, _))) {
+                    not_ready_seen[i] = true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        stack("postgres", "start").await?;
+        let t = Instant::now();
+        let ready = wait_for(
+            "every herald process ready again",
+            Duration::from_secs(90),
+            || async {
+                for addr in &addrs {
+                    if !matches!(request(addr, "GET", "/readyz", None).await, Ok((200, _))) {
+                        return Ok(None);
+                    }
+                }
+                Ok(Some(()))
+            },
+        )
+        .await;
+        if let Err(e) = ready {
+            run.report.violation(format!("{e:#}"));
+        }
+        recovery = recovery.max(t.elapsed());
+    }
+    let seen = not_ready_seen.iter().filter(|s| **s).count();
+    run.report.fig("db_restarts", restarts);
+    run.report
+        .fig("not_ready_seen", format!("{seen}/{}", addrs.len()));
+    run.report
+        .fig("ready_again_s", format!("{:.1}", recovery.as_secs_f64()));
+    if seen != addrs.len() {
+        run.report.violation(format!(
+            "only {seen} of {} processes reported not-ready while PostgreSQL was down",
+            addrs.len()
+        ));
+    }
+    if fleet.pids() != pids {
+        run.report
+            .violation("a herald process was restarted or lost during the outage");
+    }
+    run.finish(fleet, production).await
+}
+
+/// Provider faults through toxiproxy and a throttling forwarder, in turns while orders
+/// flow: latency spikes, responses held past the attempt timeout (the request arrived),
+/// connections reset, responses cut after the request arrived, connections refused, and
+/// throttling answers. `unknown` outcomes are retried here, so the sends that follow
+/// them show up as the explained duplicates.
+async fn provider(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let throttler = Throttler::start(MOTO).await?;
+    let proxy = Proxy::create(
+        &format!("chaos-provider-{:08x}", rng.next_u64() as u32),
+        &throttler.addr,
+    )
+    .await?;
+    let options = EnvOptions {
+        aws_endpoint: Some(proxy.url()),
+        on_unknown: "retry",
+    };
+    let mut run = Run::new(
+        "provider",
+        scale,
+        spec(scale.pick(200, 1500), 2, 0.0),
+        rng,
+        options,
+    )
+    .await?;
+    let mut fleet = Fleet::new(&run.env);
+    for roles in ["ingest,relay", "deliver", "deliver"] {
+        fleet.spawn(roles, &[])?;
+    }
+    let production = run.produce(Duration::from_secs(scale.pick(20, 120)));
+    let hold = Duration::from_secs(scale.pick(2, 6));
+    // Every fault in turn, from a random one, until the production ends (at least once each).
+    let (first, mut phases) = (rng.range(0, 5), 0);
+    while phases < 6 || !production.is_finished() {
+        let fault = (first + phases) % 6;
+        match fault {
+            0 => {
+                proxy
+                    .add_toxic(
+                        "fault",
+                        "latency",
+                        "downstream",
+                        json!({"latency": 800, "jitter": 400}),
+                    )
+                    .await?
+            }
+            1 => proxy.delay_responses().await?,
+            2 => {
+                proxy
+                    .add_toxic("fault", "reset_peer", "upstream", json!({"timeout": 0}))
+                    .await?
+            }
+            3 => {
+                proxy
+                    .add_toxic("fault", "limit_data", "downstream", json!({"bytes": 12}))
+                    .await?
+            }
+            4 => proxy.set_enabled(false).await?,
+            _ => throttler.throttle(0.5),
+        }
+        tokio::time::sleep(hold).await;
+        match fault {
+            1 => proxy.remove_toxic("slow-responses").await?,
+            4 => proxy.set_enabled(true).await?,
+            5 => throttler.throttle(0.0),
+            _ => proxy.remove_toxic("fault").await?,
+        }
+        phases += 1;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    run.report.fig("fault_phases", phases);
+    run.report.fig(
+        "throttled_answers",
+        throttler.throttled.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let report = run.finish(fleet, production).await;
+    proxy.delete().await?;
+    report
+}
+
+/// Delivery instances joining and leaving every few seconds (most on SIGTERM, some
+/// SIGKILLed) while orders flow: rebalances revoke partitions mid-flight.
+async fn churn(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let spec = spec(scale.pick(300, 2000), 2, 0.05);
+    let mut run = Run::with_config("churn", scale, spec, rng, EnvOptions::default(), FAST_FAILOVER).await?;
+    let mut fleet = Fleet::new(&run.env);
+    for roles in ["ingest,relay", "deliver", "deliver"] {
+        fleet.spawn(roles, &[])?;
+    }
+    let production = run.produce(Duration::from_secs(scale.pick(20, 120)));
+    let mut joins = 0;
+    while !production.is_finished() {
+        tokio::time::sleep(Duration::from_millis(rng.range(1500, 3500))).await;
+        let n = fleet.count("deliver");
+        if n <= 1 || (n < 3 && rng.chance(0.5)) {
+            fleet.spawn("deliver", &[])?;
+            joins += 1;
+        } else {
+            let graceful = rng.chance(0.75);
+            fleet.leave("deliver", rng, graceful).await?;
+        }
+    }
+    run.report.fig("joins", joins);
+    run.report.fig("graceful_leaves", fleet.graceful_leaves);
+    run.report.fig("kills", fleet.kills);
+    run.finish(fleet, production).await
+}
+
+/// RSS above which the slow-provider scenario fails.
+const RSS_LIMIT_MIB: f64 = 256.0;
+
+/// A provider answering after a second, a small in-flight limit and a backlog many times
+/// the delivery window: the window stays full, and the process's memory must not grow
+/// with the backlog (RSS sampled every 200 ms).
+async fn slow(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let proxy = Proxy::create(&format!("chaos-slow-{:08x}", rng.next_u64() as u32), MOTO).await?;
+    let options = EnvOptions {
+        aws_endpoint: Some(proxy.url()),
+        on_unknown: "hold",
+    };
+    let mut run = Run::new("slow", scale, spec(scale.pick(1500, 5000), 1, 0.0), rng, options).await?;
+    proxy
+        .add_toxic("slow", "latency", "downstream", json!({"latency": 1000}))
+        .await?;
+    let mut fleet = Fleet::new(&run.env);
+    fleet.spawn("ingest,relay", &[])?;
+    fleet.spawn("deliver", &[("HERALD_DELIVERY__MAX_IN_FLIGHT", "16")])?;
+    let deliver_pid = fleet.pids()[1].context("delivery process")?;
+    let addr = fleet.admin_addrs().await?[1].clone();
+    let production = run.produce(Duration::from_secs(3));
+    let window = Duration::from_secs(scale.pick(20, 90));
+    let (t, mut first, mut peak, mut in_flight_max) = (Instant::now(), None, 0f64, 0i64);
+    while t.elapsed() < window {
+        let rss = rss_mib(deliver_pid)?;
+        first.get_or_insert(rss);
+        peak = peak.max(rss);
+        in_flight_max = in_flight_max.max(in_flight(&addr).await.unwrap_or(0));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let backlog = crate::kafka::committed_lag(
+        &run.env.group("herald-delivery"),
+        &[&run.env.topic("herald.deliveries")],
+    )?;
+    proxy.remove_toxic("slow").await?;
+    run.report.fig("backlog_at_end_of_window", backlog);
+    run.report.fig("in_flight_max", in_flight_max);
+    run.report
+        .fig("rss_first_mib", format!("{:.0}", first.unwrap_or(0.0)));
+    run.report.fig("rss_peak_mib", format!("{peak:.0}"));
+    if peak > RSS_LIMIT_MIB {
+        run.report.violation(format!(
+            "delivery RSS peaked at {peak:.0} MiB (limit {RSS_LIMIT_MIB} MiB)"
+        ));
+    }
+    if in_flight_max < 16 {
+        run.report.violation(format!(
+            "the in-flight window never filled (at most {in_flight_max} of 16): the scenario did not test what it says"
+        ));
+    }
+    let report = run.finish(fleet, production).await;
+    proxy.delete().await?;
+    report
+}
+
+/// `herald_deliveries_in_flight` of a process, from its `/metrics`.
+async fn in_flight(addr: &str) -> Result<i64> {
+    let (_, text) = crate::http::request_text(addr, "GET", "/metrics", &[], None).await?;
+    text.lines()
+        .find(|l| l.starts_with("herald_deliveries_in_flight"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|v| v as i64)
+        .context("no herald_deliveries_in_flight in /metrics")
+}
