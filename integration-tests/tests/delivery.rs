@@ -298,6 +298,8 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
         url: env.db_url.clone(),
         pool_size: 2,
         connect_timeout: Duration::from_secs(5),
+        tls_ca_file: None,
+        password_file: None,
     })?;
     let ids: Vec<uuid::Uuid> = env
         .db

@@ -87,6 +87,8 @@ async fn hot_statements_use_their_indexes() -> Result<()> {
         url: env.db_url.clone(),
         pool_size: 1,
         connect_timeout: Duration::from_secs(5),
+        tls_ca_file: None,
+        password_file: None,
     })?;
     let mut failures = Vec::new();
     for s in HOT_STATEMENTS {

@@ -180,3 +180,152 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
     env.cleanup().await;
     Ok(())
 }
+
+/// `herald migrate` with the URL's `sslmode` and `database.tls_ca_file` in its environment.
+fn migrate_with(env: &TestEnv, url: &str, ca_file: Option<&str>) -> Result<std::process::Output> {
+    let mut cmd = std::process::Command::new(integration_tests::herald_bin());
+    cmd.arg("--config")
+        .arg(&env.config_path)
+        .arg("migrate")
+        .env("HERALD_DATABASE__URL", url);
+    if let Some(ca) = ca_file {
+        cmd.env("HERALD_DATABASE__TLS_CA_FILE", ca);
+    }
+    Ok(cmd.output()?)
+}
+
+/// The command failed, and its error says the server's certificate is why.
+fn refused_for_its_certificate(out: &std::process::Output, what: &str) {
+    assert!(!out.status.success(), "connected despite {what}");
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(
+        err.contains("certificate"),
+        "{what}: the error names the certificate: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_tls_is_used_when_asked_and_the_server_certificate_is_verified() -> Result<()> {
+    let env = TestEnv::new("pgtls", "").await?;
+    // The local cluster offers TLS with a certificate from its own CA (deploy/local/postgres.sh).
+    let ca = integration_tests::workspace_root().join(".local/postgres/tls/ca.crt");
+    let ca = ca.to_str().context("CA path")?;
+    let sep = if env.db_url.contains('?') { '&' } else { '?' };
+    let require = format!("{}{sep}sslmode=require", env.db_url);
+
+    let ok = migrate_with(&env, &require, Some(ca))?;
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+
+    // Not trusted without the CA: refused at the handshake, and the message says why.
+    refused_for_its_certificate(&migrate_with(&env, &require, None)?, "an untrusted CA");
+
+    // The name is checked too: the same server reached as a name its certificate does not
+    // carry (hostaddr: the address to connect to, host: the name to verify).
+    let other_name = format!(
+        "{}&hostaddr=127.0.0.1",
+        require.replacen("@127.0.0.1:", "@db.herald.invalid:", 1)
+    );
+    refused_for_its_certificate(
+        &migrate_with(&env, &other_name, Some(ca))?,
+        "a name not in the certificate",
+    );
+
+    // herald run with sslmode=require: its connections are encrypted (pg_stat_ssl).
+    let _herald = env.spawn_roles(
+        "ingest,relay,deliver",
+        "tls",
+        &[
+            ("HERALD_DATABASE__URL", require.as_str()),
+            ("HERALD_DATABASE__TLS_CA_FILE", ca),
+        ],
+    )?;
+    seed_orders(&env, &UniqueSeller::new(), &["9301"]).await?;
+    env.wait_count(
+        "both intents accepted over TLS",
+        "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
+        2,
+        WAIT,
+    )
+    .await?;
+    let (tls, plain): (i64, i64) = {
+        let row = env
+            .db
+            .query_one(
+                "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl)
+                   FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid)
+                  WHERE a.datname = current_database() AND a.application_name = 'herald'",
+                &[],
+            )
+            .await?;
+        (row.get(0), row.get(1))
+    };
+    assert!(tls >= 2, "herald's pool and its LISTEN connection use TLS: {tls}");
+    assert_eq!(plain, 0, "no herald connection without TLS");
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_password_comes_from_a_file_and_is_never_shown() -> Result<()> {
+    let env = TestEnv::new("pwfile", "").await?;
+    let role = format!("herald_pw_{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let password = format!("sentinel-pw-{}", uuid::Uuid::new_v4().simple());
+    // Members of herald_password_auth must authenticate (deploy/local/postgres.sh's pg_hba).
+    env.db
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{password}' IN ROLE herald_password_auth"
+        ))
+        .await?;
+    let granted = std::process::Command::new(integration_tests::herald_bin())
+        .arg("--config")
+        .arg(&env.config_path)
+        .arg("migrate")
+        .env("HERALD_DATABASE__RUNTIME_ROLE", &role)
+        .output()?;
+    assert!(
+        granted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&granted.stderr)
+    );
+    let url = env
+        .db_url
+        .replacen("postgres://herald@", &format!("postgres://{role}@"), 1);
+    let list = |password_file: Option<&std::path::Path>| -> Result<std::process::Output> {
+        let mut cmd = std::process::Command::new(integration_tests::herald_bin());
+        cmd.arg("--config")
+            .arg(&env.config_path)
+            .args(["intent", "list", "acme", "9999"])
+            .env("HERALD_DATABASE__URL", &url);
+        if let Some(f) = password_file {
+            cmd.env("HERALD_DATABASE__PASSWORD_FILE", f);
+        }
+        Ok(cmd.output()?)
+    };
+
+    let without = list(None)?;
+    assert!(!without.status.success(), "the role needs its password");
+
+    let file = env.dir.join("db-password");
+    std::fs::write(&file, format!("{password}\n"))?;
+    let with = list(Some(&file))?;
+    assert!(with.status.success(), "{}", String::from_utf8_lossy(&with.stderr));
+
+    let wrong_secret = format!("sentinel-wrong-{}", uuid::Uuid::new_v4().simple());
+    let wrong = env.dir.join("wrong-password");
+    std::fs::write(&wrong, &wrong_secret)?;
+    let refused = list(Some(&wrong))?;
+    assert!(!refused.status.success(), "a wrong password is refused");
+    for out in [&without, &with, &refused] {
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains(&password) && !text.contains(&wrong_secret),
+            "a password was printed: {text}"
+        );
+    }
+    env.cleanup().await;
+    Ok(())
+}

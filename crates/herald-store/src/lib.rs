@@ -13,11 +13,13 @@ pub mod plans;
 pub mod relay;
 pub mod sellers;
 pub mod templates;
+pub mod tls;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 pub use deadpool_postgres::Object as Connection;
 pub use ingest::{Convergence, IngestTx, NewIntent};
@@ -67,6 +69,11 @@ pub struct StoreConfig {
     pub url: String,
     pub pool_size: usize,
     pub connect_timeout: Duration,
+    /// PEM bundle of the CAs trusted for the server's certificate when the URL says
+    /// `sslmode=require`; `None`: the system's roots (see [`tls`]).
+    pub tls_ca_file: Option<PathBuf>,
+    /// A file holding the password (a mounted secret), used instead of one in the URL.
+    pub password_file: Option<PathBuf>,
 }
 
 /// A handle on the database: cheap to clone, shared by every task of a role.
@@ -74,6 +81,7 @@ pub struct StoreConfig {
 pub struct Store {
     pool: Pool,
     pg_config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
 }
 
 impl Store {
@@ -84,12 +92,32 @@ impl Store {
             .parse()
             .map_err(|e| StoreError::Config(format!("{e}")))?;
         pg_config.connect_timeout(config.connect_timeout);
+        // TLS only when asked for (sslmode=require), and then verified (see `tls`): the
+        // default `prefer` would otherwise fail against a server that offers TLS with a
+        // certificate from a CA nobody configured, where it connected before.
+        if pg_config.get_ssl_mode() == tokio_postgres::config::SslMode::Prefer {
+            pg_config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+        }
+        if let Some(path) = &config.password_file {
+            // The error names the file, never its content.
+            let password = std::fs::read_to_string(path)
+                .map_err(|e| StoreError::Config(format!("password file {}: {e}", path.display())))?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            if password.is_empty() {
+                return Err(StoreError::Config(format!(
+                    "password file {} is empty",
+                    path.display()
+                )));
+            }
+            pg_config.password(password);
+        }
         if pg_config.get_application_name().is_none() {
             pg_config.application_name("herald");
         }
+        let tls = tls::connector(config.tls_ca_file.as_deref())?;
         let manager = Manager::from_config(
             pg_config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -101,11 +129,16 @@ impl Store {
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Config(e.to_string()))?;
-        Ok(Self { pool, pg_config })
+        Ok(Self { pool, pg_config, tls })
     }
 
     pub fn pg_config(&self) -> &tokio_postgres::Config {
         &self.pg_config
+    }
+
+    /// The TLS connector every connection of this store uses.
+    pub(crate) fn tls(&self) -> MakeRustlsConnect {
+        self.tls.clone()
     }
 
     pub async fn conn(&self) -> Result<Connection> {
@@ -114,7 +147,7 @@ impl Store {
 
     /// A connection outside the pool, for long sessions (migrations).
     pub async fn dedicated(&self) -> Result<tokio_postgres::Client> {
-        let (client, connection) = self.pg_config.connect(NoTls).await?;
+        let (client, connection) = self.pg_config.connect(self.tls.clone()).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "dedicated database connection ended");

@@ -90,6 +90,14 @@ pub struct DatabaseConfig {
     /// After migrating, the owner grants this role what `herald run` needs (SELECT,
     /// INSERT, UPDATE, DELETE on Herald's tables, its sequences) and nothing more.
     pub runtime_role: Option<String>,
+    /// PEM bundle of the CAs that signed the server's certificate, for URLs with
+    /// `sslmode=require`. Unset: the system's trusted roots. The certificate and its name
+    /// are always verified.
+    pub tls_ca_file: Option<String>,
+    /// A file holding `url`'s password (a mounted secret), instead of the URL.
+    pub password_file: Option<String>,
+    /// A file holding `owner_url`'s password (or `url`'s, when owner_url is unset).
+    pub owner_password_file: Option<String>,
     pub pool_size: usize,
     pub connect_timeout_ms: u64,
     /// Apply pending migrations when `herald run` starts.
@@ -98,12 +106,20 @@ pub struct DatabaseConfig {
     pub attempt_partitions_ahead: u32,
 }
 
+/// A configured path, unless unset or empty (an empty environment override unsets it).
+fn non_empty_path(p: &Option<String>) -> Option<std::path::PathBuf> {
+    p.as_deref().filter(|f| !f.is_empty()).map(Into::into)
+}
+
 impl Default for DatabaseConfig {
     fn default() -> Self {
         Self {
             url: "postgres://herald@127.0.0.1:5432/herald".into(),
             owner_url: None,
             runtime_role: None,
+            tls_ca_file: None,
+            password_file: None,
+            owner_password_file: None,
             pool_size: 16,
             connect_timeout_ms: 5000,
             migrate_on_start: true,
@@ -657,6 +673,8 @@ impl Config {
             url: self.database.url.clone(),
             pool_size: self.database.pool_size,
             connect_timeout: Duration::from_millis(self.database.connect_timeout_ms),
+            tls_ca_file: self.tls_ca_file(),
+            password_file: non_empty_path(&self.database.password_file),
         }
     }
 
@@ -670,7 +688,17 @@ impl Config {
                 .unwrap_or_else(|| self.database.url.clone()),
             pool_size: 1,
             connect_timeout: Duration::from_millis(self.database.connect_timeout_ms),
+            tls_ca_file: self.tls_ca_file(),
+            password_file: match self.database.owner_url {
+                Some(_) => non_empty_path(&self.database.owner_password_file),
+                None => non_empty_path(&self.database.owner_password_file)
+                    .or_else(|| non_empty_path(&self.database.password_file)),
+            },
         }
+    }
+
+    fn tls_ca_file(&self) -> Option<std::path::PathBuf> {
+        non_empty_path(&self.database.tls_ca_file)
     }
 
     pub fn kafka_settings(&self) -> KafkaSettings {

@@ -124,6 +124,8 @@ pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f
         url: env.db_url.clone(),
         pool_size: 2,
         connect_timeout: Duration::from_secs(5),
+        tls_ca_file: None,
+        password_file: None,
     })?;
     let settings = AwsSettings {
         region: Some("us-east-1".into()),

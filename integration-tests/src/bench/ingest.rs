@@ -134,6 +134,8 @@ fn store(env: &TestEnv) -> Result<Store> {
         url: env.db_url.clone(),
         pool_size: 4,
         connect_timeout: Duration::from_secs(5),
+        tls_ca_file: None,
+        password_file: None,
     })?)
 }
 
