@@ -456,26 +456,34 @@ impl Drop for HeraldProcess {
     }
 }
 
+/// Produces the seller profiles and waits until they are all stored (needs an ingest role
+/// running, and a namespace with no other sellers).
+pub async fn publish_sellers(env: &TestEnv, profiles: &[samples::Seller<'_>]) -> Result<()> {
+    let p = kafka::producer()?;
+    for profile in profiles {
+        kafka::produce(
+            &p,
+            &env.topic("seller-profiles"),
+            Some(&profile.key()),
+            Some(&profile.value()),
+            &[],
+        )
+        .await?;
+    }
+    env.wait_count(
+        "sellers stored",
+        "SELECT count(*) FROM sellers",
+        profiles.len() as i64,
+        Duration::from_secs(60),
+    )
+    .await
+}
+
 /// Produces `seller` as `acme:seller-1`, waits until it is stored, then produces one
 /// `order.created` event per order id (needs an ingest role running).
 pub async fn seed_orders(env: &TestEnv, seller: &samples::UniqueSeller, orders: &[&str]) -> Result<()> {
+    publish_sellers(env, &[seller.profile("seller-1")]).await?;
     let p = kafka::producer()?;
-    let profile = seller.profile("seller-1");
-    kafka::produce(
-        &p,
-        &env.topic("seller-profiles"),
-        Some(&profile.key()),
-        Some(&profile.value()),
-        &[],
-    )
-    .await?;
-    env.wait_count(
-        "seller stored",
-        "SELECT count(*) FROM sellers",
-        1,
-        Duration::from_secs(60),
-    )
-    .await?;
     for order in orders {
         let value = samples::order_event(
             &format!("evt-{order}"),

@@ -49,3 +49,24 @@ pub async fn received() -> Result<(Vec<Value>, Vec<Value>)> {
     let data = get("/moto-api/data.json").await?;
     Ok((entries(&data, "ses", "Message"), entries(&data, "sns", "SMS")))
 }
+
+/// Sends an e-mail through moto's SES v2 API directly, bypassing Herald: what a duplicate
+/// no attempt explains looks like to the invariant checks (their canary).
+pub async fn send_email_directly(to: &str, subject: &str) -> Result<()> {
+    let body = serde_json::json!({
+        "FromEmailAddress": "notifications@herald.example",
+        "Destination": {"ToAddresses": [to]},
+        "Content": {"Simple": {"Subject": {"Data": subject}, "Body": {"Text": {"Data": "canary"}}}},
+    });
+    let auth = "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/ses/aws4_request, SignedHeaders=host, Signature=0";
+    let (status, text) = crate::http::request_text(
+        MOTO,
+        "POST",
+        "/v2/email/outbound-emails",
+        &[("Authorization", auth)],
+        Some(&body),
+    )
+    .await?;
+    anyhow::ensure!(status == 200, "moto answered {status} to SendEmail: {text}");
+    Ok(())
+}

@@ -8,15 +8,20 @@ pub struct Usage {
     pub cpu_seconds: f64,
 }
 
-/// `VmHWM` (peak resident set) and utime + stime of `pid`, read while it still runs.
-pub fn usage(pid: u32) -> Result<Usage> {
+/// A `kB` field of `/proc/PID/status` (`VmRSS`, `VmHWM`, ...).
+pub fn status_kib(pid: u32, field: &str) -> Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading /proc status")?;
-    let hwm_kib: f64 = status
+    status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
-        .context("no VmHWM")?;
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// `VmHWM` (peak resident set) and utime + stime of `pid`, read while it still runs.
+pub fn usage(pid: u32) -> Result<Usage> {
+    let hwm_kib = status_kib(pid, "VmHWM")?;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).context("reading /proc stat")?;
     // Fields after the command name (which may hold spaces, inside parentheses).
     let rest = stat.rsplit_once(')').map(|(_, r)| r).context("malformed stat")?;

@@ -5,6 +5,8 @@
 //! database, provider, churn, slow (all by default). The seed makes a run reproducible.
 //!
 //! It stops and starts the stack's broker and database: do not run it next to other tests.
+//! A scenario's database and logs are dropped when its invariants hold, kept (and named)
+//! otherwise; `HERALD_CHAOS_KEEP=1` keeps them either way.
 
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

@@ -33,14 +33,7 @@ pub async fn stack(component: &str, action: &str) -> Result<Duration> {
 
 /// The current resident set of `pid` in MiB (`VmRSS`).
 pub fn rss_mib(pid: u32) -> Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading /proc status")?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .context("no VmRSS")?;
-    Ok(kib / 1024.0)
+    Ok(crate::bench::procstat::status_kib(pid, "VmRSS")? / 1024.0)
 }
 
 /// A loopback HTTP forwarder in front of the provider fake that answers a share of

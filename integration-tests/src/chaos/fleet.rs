@@ -9,6 +9,17 @@ use anyhow::Result;
 use super::rng::Rng;
 use crate::{HeraldProcess, Launcher, TestEnv};
 
+/// Delivery settings sized to the provider fake: moto, one Python process, answers a few
+/// hundred requests a second, so 256 requests in flight with a 2 s attempt timeout (the
+/// test configuration) would turn its queueing into `unknown` outcomes that no injected
+/// fault caused. A scenario's own settings come after these and win.
+/// (The lease must outlast two attempt timeouts plus 5 s: herald refuses to start otherwise.)
+pub const PROVIDER_BUDGET: [(&str, &str); 3] = [
+    ("HERALD_DELIVERY__MAX_IN_FLIGHT", "32"),
+    ("HERALD_AWS__ATTEMPT_TIMEOUT_MS", "4000"),
+    ("HERALD_DELIVERY__LEASE_SECS", "15"),
+];
+
 pub struct Member {
     pub roles: &'static str,
     pub label: String,
@@ -40,11 +51,13 @@ impl Fleet {
         }
     }
 
-    /// Starts `herald run --roles ROLES` with extra environment (settings, FAILPOINTS).
+    /// Starts `herald run --roles ROLES` with extra environment (settings, FAILPOINTS),
+    /// after [`PROVIDER_BUDGET`].
     pub fn spawn(&mut self, roles: &'static str, vars: &[(&str, &str)]) -> Result<()> {
         self.spawned += 1;
         let label = format!("{}-{}", roles.replace(',', "+"), self.spawned);
-        let process = self.launcher.spawn_roles(roles, &label, vars)?;
+        let all: Vec<(&str, &str)> = PROVIDER_BUDGET.iter().chain(vars).copied().collect();
+        let process = self.launcher.spawn_roles(roles, &label, &all)?;
         self.members.push(Member {
             roles,
             label,
@@ -65,6 +78,9 @@ impl Fleet {
     /// environment. Returns the killed member's label.
     pub fn kill_and_replace(&mut self, rng: &mut Rng) -> Result<String> {
         self.note_exits();
+        if self.members.is_empty() {
+            return Ok(String::new());
+        }
         let i = rng.range(0, self.members.len() as u64 - 1) as usize;
         let mut m = self.members.remove(i);
         m.process.kill()?;
@@ -130,6 +146,27 @@ impl Fleet {
                     .push(format!("{} exited on its own: {}", m.label, tail(&m)));
             }
         }
+    }
+
+    /// Waits until every member serves its admin endpoint; fails at once, with its log,
+    /// if one exits instead (a configuration it refuses, say).
+    pub async fn wait_started(&mut self) -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        for m in &mut self.members {
+            while !m.process.log().contains("admin endpoint listening") {
+                if !m.process.is_running() {
+                    anyhow::bail!("{} exited at start: {}", m.label, tail(m));
+                }
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "{} did not start: {}",
+                    m.label,
+                    tail(m)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
     }
 
     /// The admin endpoints of the members, in member order.

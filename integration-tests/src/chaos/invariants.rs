@@ -196,10 +196,13 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
 
     // (c) What the provider received, per business key.
     let sends = provider_sends(plan).await?;
-    let (mut total, mut unexplained, mut unbacked, mut unseen) = (0i64, Vec::new(), Vec::new(), Vec::new());
+    let (mut totals, mut unexplained, mut unbacked, mut unseen) =
+        (SendCheck::default(), Vec::new(), Vec::new(), Vec::new());
+    let mut total = 0;
     for ((order, channel), n) in &sends {
         total += n;
         if !by_key.contains_key(&(order.as_str(), channel.as_str())) {
+            totals.unbacked += n;
             unbacked.push(format!("{order}/{channel}: {n} send(s) and no intent"));
         }
     }
@@ -208,25 +211,25 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
             .get(&(i.order.clone(), i.channel.clone()))
             .copied()
             .unwrap_or(0);
-        let detail = || {
-            format!(
-                "{}: {n} send(s), attempts={} accepted={} unknown={} after_unknown={}",
-                i.name(),
-                i.attempts,
-                i.accepted,
-                i.unknown,
-                i.after_unknown
-            )
-        };
-        if n > 1 + i.unknown || i.accepted > 1 {
-            unexplained.push(detail());
+        let c = SendCheck::of(n, i.accepted, i.unknown);
+        let detail = format!(
+            "{}: {n} send(s), attempts={} accepted={} unknown={} after_unknown={}",
+            i.name(),
+            i.attempts,
+            i.accepted,
+            i.unknown,
+            i.after_unknown
+        );
+        for (count, list) in [
+            (c.unexplained_duplicates, &mut unexplained),
+            (c.unbacked, &mut unbacked),
+            (c.unseen, &mut unseen),
+        ] {
+            if count > 0 {
+                list.push(detail.clone());
+            }
         }
-        if n > i.accepted + i.unknown {
-            unbacked.push(detail());
-        }
-        if n < i.accepted {
-            unseen.push(detail());
-        }
+        totals.add(&c);
     }
     let accepted: i64 = intents.iter().map(|i| i.accepted).sum();
     let unknown: i64 = intents.iter().map(|i| i.unknown).sum();
@@ -237,9 +240,9 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
         "lease_expired",
         intents.iter().map(|i| i.lease_expired).sum::<i64>(),
     );
-    report.fig("unexplained_duplicate_sends", unexplained.len());
-    report.fig("unbacked_sends", unbacked.len());
-    report.fig("accepted_unseen", unseen.len());
+    report.fig("unexplained_duplicate_sends", totals.unexplained_duplicates);
+    report.fig("unbacked_sends", totals.unbacked);
+    report.fig("accepted_unseen", totals.unseen);
     flag(
         report,
         "(c) duplicate sends no unknown attempt explains",
@@ -327,6 +330,35 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
     Ok(())
 }
 
+/// How one business key's sends at the provider square with its attempts (invariant c).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct SendCheck {
+    /// Sends beyond the first that no `unknown` attempt explains (an `unknown` attempt may
+    /// have reached the provider, so each explains at most one), or accepted twice.
+    unexplained_duplicates: i64,
+    /// Sends backed by neither an `accepted` nor an `unknown` attempt: a send recorded as
+    /// retryable or rejected, or one with no attempt at all.
+    unbacked: i64,
+    /// `accepted` attempts the provider has no message for.
+    unseen: i64,
+}
+
+impl SendCheck {
+    fn of(sends: i64, accepted: i64, unknown: i64) -> Self {
+        Self {
+            unexplained_duplicates: (sends - 1 - unknown).max(accepted - 1).max(0),
+            unbacked: (sends - accepted - unknown).max(0),
+            unseen: (accepted - sends).max(0),
+        }
+    }
+
+    fn add(&mut self, other: &Self) {
+        self.unexplained_duplicates += other.unexplained_duplicates;
+        self.unbacked += other.unbacked;
+        self.unseen += other.unseen;
+    }
+}
+
 /// Sends the provider fake received for this run, by (order, channel): e-mails by the
 /// order id in their subject, SMS by the order id in their text.
 async fn provider_sends(plan: &Plan) -> Result<BTreeMap<(String, String), i64>> {
@@ -373,7 +405,33 @@ fn flag(report: &mut Report, what: &str, items: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    use super::order_in;
+    use super::{order_in, SendCheck};
+
+    fn check(sends: i64, accepted: i64, unknown: i64) -> (i64, i64, i64) {
+        let c = SendCheck::of(sends, accepted, unknown);
+        (c.unexplained_duplicates, c.unbacked, c.unseen)
+    }
+
+    #[test]
+    fn sends_square_with_attempts_only_when_unknown_attempts_explain_the_extra_ones() {
+        assert_eq!(check(1, 1, 0), (0, 0, 0), "sent once, accepted");
+        assert_eq!(check(0, 0, 1), (0, 0, 0), "unknown that never arrived");
+        assert_eq!(check(2, 1, 1), (0, 0, 0), "a resend after an unknown");
+        assert_eq!(check(3, 1, 2), (0, 0, 0), "two unknowns, both arrived");
+        assert_eq!(check(2, 1, 0), (1, 1, 0), "a second send no attempt explains");
+        assert_eq!(check(3, 1, 1), (1, 1, 0), "one more than the unknowns explain");
+        assert_eq!(check(2, 2, 0), (1, 0, 0), "accepted twice is a duplicate");
+        assert_eq!(
+            check(1, 0, 0),
+            (0, 1, 0),
+            "a send recorded as retryable or rejected"
+        );
+        assert_eq!(
+            check(0, 1, 0),
+            (0, 0, 1),
+            "accepted, and the provider has nothing"
+        );
+    }
 
     #[test]
     fn an_order_id_is_found_in_the_rendered_subject_and_sms_text() {

@@ -13,7 +13,7 @@ use rdkafka::producer::FutureProducer;
 use super::rng::Rng;
 use crate::kafka::{produce, producer};
 use crate::samples::{order_event, UniqueSeller};
-use crate::TestEnv;
+use crate::{publish_sellers, TestEnv};
 
 /// The channels an `order.created` event is routed to in the test configuration.
 pub const CHANNELS: [&str; 2] = ["email", "sms"];
@@ -57,7 +57,7 @@ impl Plan {
         let mut messages = Vec::new();
         let mut conflicts = Vec::new();
         for (i, order) in orders.iter().enumerate() {
-            let seller = format!("seller-{}", i % SELLERS);
+            let seller = format!("seller-{}", Self::seller_index(i));
             let value = order_event(
                 &format!("evt-{order}"),
                 "order.created",
@@ -98,6 +98,15 @@ impl Plan {
         }
     }
 
+    /// Index in `sellers` of the seller of the `n`-th order.
+    pub fn seller_of(&self, n: usize) -> usize {
+        Self::seller_index(n)
+    }
+
+    fn seller_index(n: usize) -> usize {
+        n % SELLERS
+    }
+
     pub fn events(&self) -> usize {
         self.messages.len() + self.conflicts.len()
     }
@@ -115,26 +124,14 @@ impl Plan {
     /// Publishes the sellers' profiles (opted in, destinations of their own) and waits
     /// until they are stored, so that every order is routed with consent granted.
     pub async fn seed_sellers(&self, env: &TestEnv) -> Result<()> {
-        let p = producer()?;
-        for (i, seller) in self.sellers.iter().enumerate() {
-            let id = format!("seller-{i}");
-            let profile = seller.profile(&id);
-            produce(
-                &p,
-                &env.topic("seller-profiles"),
-                Some(&profile.key()),
-                Some(&profile.value()),
-                &[],
-            )
-            .await?;
-        }
-        env.wait_count(
-            "sellers stored",
-            "SELECT count(*) FROM sellers",
-            self.sellers.len() as i64,
-            Duration::from_secs(60),
-        )
-        .await
+        let ids: Vec<String> = (0..self.sellers.len()).map(|i| format!("seller-{i}")).collect();
+        let profiles: Vec<_> = self
+            .sellers
+            .iter()
+            .zip(&ids)
+            .map(|(s, id)| s.profile(id))
+            .collect();
+        publish_sellers(env, &profiles).await
     }
 }
 
@@ -151,10 +148,12 @@ pub async fn produce_plan(plan: Arc<Plan>, topic: String, over: Duration) -> Res
     let producers = [producer()?, producer()?];
     let slices = (over.as_millis() / 100).max(1) as usize;
     let per_slice = plan.messages.len().div_ceil(slices).max(1);
+    let chunks = plan.messages.len().div_ceil(per_slice).max(1);
     let start = Instant::now();
     for (n, chunk) in plan.messages.chunks(per_slice).enumerate() {
         send_all(&producers, &plan, &topic, chunk).await?;
-        let due = start + Duration::from_millis(100 * (n as u64 + 1));
+        // Evenly over the whole of `over`, however few the messages.
+        let due = start + over.mul_f64((n + 1) as f64 / chunks as f64);
         tokio::time::sleep_until(due.into()).await;
     }
     send_all(&producers, &plan, &topic, &plan.conflicts).await?;

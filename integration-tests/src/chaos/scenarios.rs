@@ -15,7 +15,7 @@ use super::plan::{produce_plan, Plan, PlanSpec, Production};
 use super::rng::Rng;
 use super::Scale;
 use crate::http::request;
-use crate::moto::MOTO;
+use crate::moto::{send_email_directly, MOTO};
 use crate::toxiproxy::Proxy;
 use crate::{wait_for, EnvOptions, TestEnv};
 
@@ -51,45 +51,118 @@ struct Run {
     report: Report,
     started: Instant,
     scale: Scale,
+    /// Whether `finish` also proves, once, that the checks catch a duplicate.
+    canary: bool,
 }
 
-impl Run {
-    /// A fresh namespace; the plan's sellers are stored (by an ingest process of its own)
-    /// before any order is produced.
-    async fn new(
-        name: &str,
-        scale: Scale,
-        spec: PlanSpec,
-        rng: &mut Rng,
-        options: EnvOptions,
-    ) -> Result<Self> {
-        Self::with_config(name, scale, spec, rng, options, "").await
+/// How a scenario's world is made: its name, its plan, and its configuration.
+struct Setup {
+    name: &'static str,
+    spec: PlanSpec,
+    options: EnvOptions,
+    extra_toml: &'static str,
+}
+
+impl Setup {
+    fn new(name: &'static str, orders: usize, max_copies: u64, conflict_share: f64) -> Self {
+        Self {
+            name,
+            spec: PlanSpec {
+                orders,
+                max_copies,
+                second_producer_share: 0.3,
+                conflict_share,
+            },
+            options: EnvOptions::default(),
+            extra_toml: "",
+        }
     }
 
-    /// Like [`Run::new`], with `extra_toml` appended to the configuration.
-    async fn with_config(
-        name: &str,
-        scale: Scale,
-        spec: PlanSpec,
-        rng: &mut Rng,
-        options: EnvOptions,
-        extra_toml: &str,
-    ) -> Result<Self> {
-        let env = TestEnv::with_options(&format!("chaos_{name}"), extra_toml, options).await?;
-        let plan = Arc::new(Plan::new(&spec, rng));
+    fn options(mut self, options: EnvOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Appends `extra_toml` to the generated configuration.
+    fn config(mut self, extra_toml: &'static str) -> Self {
+        self.extra_toml = extra_toml;
+        self
+    }
+
+    /// A fresh namespace whose sellers are stored (by an ingest process of its own) before
+    /// any order is produced, and one herald process for each entry of `roles`.
+    async fn start(self, scale: Scale, rng: &mut Rng, roles: &[&'static str]) -> Result<(Run, Fleet)> {
+        let env =
+            TestEnv::with_options(&format!("chaos_{}", self.name), self.extra_toml, self.options).await?;
+        let plan = Arc::new(Plan::new(&self.spec, rng));
         let mut seeder = env.spawn_roles("ingest", "seed-sellers", &[])?;
         plan.seed_sellers(&env).await?;
         seeder.terminate(Duration::from_secs(30)).await?;
-        let mut report = Report::new(name);
+        let mut report = Report::new(self.name);
         report.fig("events", plan.events());
         report.fig("duplicates", plan.duplicates());
-        Ok(Self {
+        let mut fleet = Fleet::new(&env);
+        for r in roles {
+            fleet.spawn(r, &[])?;
+        }
+        fleet.wait_started().await?;
+        let run = Run {
             env,
             plan,
             report,
             started: Instant::now(),
             scale,
-        })
+            canary: false,
+        };
+        Ok((run, fleet))
+    }
+}
+
+impl Run {
+    /// Proves the checks can fail: one e-mail sent to the provider behind Herald's back
+    /// must come out as exactly one unexplained duplicate, naming its intent.
+    async fn canary(&mut self) -> Result<()> {
+        // An e-mail intent sent once and accepted, with no `unknown` attempt to explain more.
+        let db = crate::pg_connect(&self.env.db_url).await?;
+        let row = db
+            .query_one(
+                "SELECT order_id FROM notification_intents i
+                  WHERE channel = 'email' AND state = 'accepted' AND NOT EXISTS
+                        (SELECT 1 FROM notification_attempts a WHERE a.intent_id = i.id AND a.outcome = 'unknown')
+                  LIMIT 1",
+                &[],
+            )
+            .await?;
+        let order: String = row.get(0);
+        let n = self
+            .plan
+            .orders
+            .iter()
+            .position(|o| *o == order)
+            .context("canary order")?;
+        let to = &self.plan.sellers[self.plan.seller_of(n)].email;
+        send_email_directly(to, &format!("New order {order} on acme")).await?;
+        let mut probe = Report::new("canary");
+        check(&self.env, &self.plan, &mut probe).await?;
+        let named = probe.violations.len() == 2
+            && probe
+                .violations
+                .iter()
+                .all(|v| v.contains(&format!("({order}/email,")))
+            && probe
+                .line()
+                .contains("unexplained_duplicate_sends=1 unbacked_sends=1 ");
+        if named {
+            self.report.fig("canary", "caught");
+        } else {
+            self.report.fig("canary", "missed");
+            self.report.violation(format!(
+                "the checks missed an extra e-mail for {order}: {} / {:?}",
+                probe.line(),
+                probe.violations
+            ));
+        }
+        Ok(())
     }
 
     /// Starts producing the plan, spread over `over`.
@@ -108,8 +181,13 @@ impl Run {
         anyhow::ensure!(produced.messages + produced.conflicts == self.plan.events());
         let mut fleet = fleet;
         let timeout = Duration::from_secs(self.scale.pick(180, 600));
-        let settled = settle(&self.env, &self.plan, timeout).await?;
+        // With every process gone there is nothing to wait for: check what is there.
+        fleet.note_exits();
+        let settled = !fleet.members.is_empty() && settle(&self.env, &self.plan, timeout).await?;
         check(&self.env, &self.plan, &mut self.report).await?;
+        if self.canary && self.report.violations.is_empty() {
+            self.canary().await?;
+        }
         fleet.note_exits();
         for f in &fleet.failures {
             self.report.violation(format!("herald process: {f}"));
@@ -121,7 +199,7 @@ impl Run {
         self.report.fig("secs", self.started.elapsed().as_secs());
         drop(fleet);
         let report = self.report;
-        if report.violations.is_empty() {
+        if report.violations.is_empty() && std::env::var_os("HERALD_CHAOS_KEEP").is_none() {
             self.env.cleanup().await;
         } else {
             let e = &self.env;
@@ -135,30 +213,14 @@ impl Run {
     }
 }
 
-fn spec(orders: usize, max_copies: u64, conflict_share: f64) -> PlanSpec {
-    PlanSpec {
-        orders,
-        max_copies,
-        second_producer_share: 0.3,
-        conflict_share,
-    }
-}
-
 /// Every order event produced 1–5 times, a share of the copies by a second producer, two
 /// ingest instances: each business key must converge into one intent, sent once.
 async fn storm(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let run = Run::new(
-        "storm",
-        scale,
-        spec(scale.pick(400, 5000), 5, 0.0),
-        rng,
-        EnvOptions::default(),
-    )
-    .await?;
-    let mut fleet = Fleet::new(&run.env);
-    for roles in ["ingest", "ingest", "relay", "deliver"] {
-        fleet.spawn(roles, &[])?;
-    }
+    let roles = ["ingest", "ingest", "relay", "deliver"];
+    let (mut run, fleet) = Setup::new("storm", scale.pick(400, 5000), 5, 0.0)
+        .start(scale, rng, &roles)
+        .await?;
+    run.canary = true;
     let production = run.produce(Duration::from_secs(scale.pick(8, 60)));
     run.finish(fleet, production).await
 }
@@ -166,18 +228,10 @@ async fn storm(scale: Scale, rng: &mut Rng) -> Result<Report> {
 /// A share of the keys re-sent later with changed content, from either producer: each is
 /// recorded as a conflict against the intent, and the intent keeps its first content.
 async fn conflicts(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let run = Run::new(
-        "conflicts",
-        scale,
-        spec(scale.pick(300, 3000), 2, 0.1),
-        rng,
-        EnvOptions::default(),
-    )
-    .await?;
-    let mut fleet = Fleet::new(&run.env);
-    for roles in ["ingest", "ingest", "relay", "deliver"] {
-        fleet.spawn(roles, &[])?;
-    }
+    let roles = ["ingest", "ingest", "relay", "deliver"];
+    let (run, fleet) = Setup::new("conflicts", scale.pick(300, 3000), 2, 0.1)
+        .start(scale, rng, &roles)
+        .await?;
     let production = run.produce(Duration::from_secs(scale.pick(8, 60)));
     let report = run.finish(fleet, production).await?;
     Ok(report)
@@ -204,12 +258,14 @@ const FAILPOINTS: [(&str, &str); 3] = [
 /// run, while their failpoints park some of them right after a commit point; each is
 /// replaced at once. Afterwards the fleet restarts without failpoints and settles.
 async fn sigkill(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let spec = spec(scale.pick(300, 2000), 2, 0.05);
-    let mut run = Run::with_config("sigkill", scale, spec, rng, EnvOptions::default(), FAST_FAILOVER).await?;
-    let mut fleet = Fleet::new(&run.env);
+    let (mut run, mut fleet) = Setup::new("sigkill", scale.pick(300, 2000), 2, 0.05)
+        .config(FAST_FAILOVER)
+        .start(scale, rng, &[])
+        .await?;
     for (roles, failpoints) in FAILPOINTS.iter().chain(FAILPOINTS.iter()) {
         fleet.spawn(roles, &[("FAILPOINTS", failpoints)])?;
     }
+    fleet.wait_started().await?;
     // A kill every few seconds: often enough to land in the middle of work, rarely enough
     // that the group's rebalances complete in between and the replacements get work.
     let production = run.produce(Duration::from_secs(scale.pick(30, 150)));
@@ -225,18 +281,10 @@ async fn sigkill(scale: Scale, rng: &mut Rng) -> Result<Report> {
 /// The broker stopped and started mid-run (twice in the long version): producers wait,
 /// consumers reconnect, nothing is lost or sent twice.
 async fn broker(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let mut run = Run::new(
-        "broker",
-        scale,
-        spec(scale.pick(300, 2000), 2, 0.05),
-        rng,
-        EnvOptions::default(),
-    )
-    .await?;
-    let mut fleet = Fleet::new(&run.env);
-    for roles in ["ingest", "relay", "deliver", "deliver"] {
-        fleet.spawn(roles, &[])?;
-    }
+    let roles = ["ingest", "relay", "deliver", "deliver"];
+    let (mut run, fleet) = Setup::new("broker", scale.pick(300, 2000), 2, 0.05)
+        .start(scale, rng, &roles)
+        .await?;
     let over = Duration::from_secs(scale.pick(20, 90));
     let production = run.produce(over);
     let restarts = scale.pick(1, 2);
@@ -257,18 +305,10 @@ async fn broker(scale: Scale, rng: &mut Rng) -> Result<Report> {
 /// PostgreSQL stopped (fast shutdown) and started mid-run: every herald process says
 /// not-ready on `/readyz` meanwhile, and is ready again afterwards without a restart.
 async fn database(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let mut run = Run::new(
-        "database",
-        scale,
-        spec(scale.pick(300, 2000), 2, 0.05),
-        rng,
-        EnvOptions::default(),
-    )
-    .await?;
-    let mut fleet = Fleet::new(&run.env);
-    for roles in ["ingest", "relay", "deliver"] {
-        fleet.spawn(roles, &[])?;
-    }
+    let roles = ["ingest", "relay", "deliver"];
+    let (mut run, fleet) = Setup::new("database", scale.pick(300, 2000), 2, 0.05)
+        .start(scale, rng, &roles)
+        .await?;
     let addrs = fleet.admin_addrs().await?;
     let pids = fleet.pids();
     let over = Duration::from_secs(scale.pick(20, 90));
@@ -343,20 +383,14 @@ async fn provider(scale: Scale, rng: &mut Rng) -> Result<Report> {
         aws_endpoint: Some(proxy.url()),
         on_unknown: "retry",
     };
-    let mut run = Run::new(
-        "provider",
-        scale,
-        spec(scale.pick(200, 1500), 2, 0.0),
-        rng,
-        options,
-    )
-    .await?;
-    let mut fleet = Fleet::new(&run.env);
-    for roles in ["ingest,relay", "deliver", "deliver"] {
-        fleet.spawn(roles, &[])?;
-    }
-    let production = run.produce(Duration::from_secs(scale.pick(20, 120)));
-    let hold = Duration::from_secs(scale.pick(2, 6));
+    let (mut run, fleet) = Setup::new("provider", scale.pick(200, 1500), 2, 0.0)
+        .options(options)
+        .start(scale, rng, &["ingest,relay", "deliver", "deliver"])
+        .await?;
+    // Twice the attempt timeout (PROVIDER_BUDGET), so held responses time out; and
+    // orders flow through every fault of the cycle (twice in the long version).
+    let hold = Duration::from_secs(scale.pick(8, 10));
+    let production = run.produce((hold + Duration::from_secs(1)) * 6 * scale.pick(1, 2));
     // Every fault in turn, from a random one, until the production ends (at least once each).
     let (first, mut phases) = (rng.range(0, 5), 0);
     while phases < 6 || !production.is_finished() {
@@ -409,12 +443,10 @@ async fn provider(scale: Scale, rng: &mut Rng) -> Result<Report> {
 /// Delivery instances joining and leaving every few seconds (most on SIGTERM, some
 /// SIGKILLed) while orders flow: rebalances revoke partitions mid-flight.
 async fn churn(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let spec = spec(scale.pick(300, 2000), 2, 0.05);
-    let mut run = Run::with_config("churn", scale, spec, rng, EnvOptions::default(), FAST_FAILOVER).await?;
-    let mut fleet = Fleet::new(&run.env);
-    for roles in ["ingest,relay", "deliver", "deliver"] {
-        fleet.spawn(roles, &[])?;
-    }
+    let (mut run, mut fleet) = Setup::new("churn", scale.pick(300, 2000), 2, 0.05)
+        .config(FAST_FAILOVER)
+        .start(scale, rng, &["ingest,relay", "deliver", "deliver"])
+        .await?;
     let production = run.produce(Duration::from_secs(scale.pick(20, 120)));
     let mut joins = 0;
     while !production.is_finished() {
@@ -446,13 +478,15 @@ async fn slow(scale: Scale, rng: &mut Rng) -> Result<Report> {
         aws_endpoint: Some(proxy.url()),
         on_unknown: "hold",
     };
-    let mut run = Run::new("slow", scale, spec(scale.pick(1500, 5000), 1, 0.0), rng, options).await?;
+    let (mut run, mut fleet) = Setup::new("slow", scale.pick(1500, 5000), 1, 0.0)
+        .options(options)
+        .start(scale, rng, &["ingest,relay"])
+        .await?;
     proxy
         .add_toxic("slow", "latency", "downstream", json!({"latency": 1000}))
         .await?;
-    let mut fleet = Fleet::new(&run.env);
-    fleet.spawn("ingest,relay", &[])?;
     fleet.spawn("deliver", &[("HERALD_DELIVERY__MAX_IN_FLIGHT", "16")])?;
+    fleet.wait_started().await?;
     let deliver_pid = fleet.pids()[1].context("delivery process")?;
     let addr = fleet.admin_addrs().await?[1].clone();
     let production = run.produce(Duration::from_secs(3));
