@@ -18,6 +18,13 @@ pub async fn request(addr: &str, method: &str, path: &str, body: Option<&Value>)
     Ok((status, json))
 }
 
+/// The Prometheus text of a Herald process's `/metrics`.
+pub async fn scrape(addr: &str) -> Result<String> {
+    let (status, text) = request_text(addr, "GET", "/metrics", &[], None).await?;
+    anyhow::ensure!(status == 200, "GET /metrics answered {status}");
+    Ok(text)
+}
+
 /// Like [`request`] with extra headers; returns the body as text.
 pub async fn request_text(
     addr: &str,

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use integration_tests::http::{request, request_text};
+use integration_tests::http::{request, request_text, scrape};
 use integration_tests::kafka::{produce, producer};
 use integration_tests::samples::{order_event, UniqueSeller};
 use integration_tests::{seed_orders, wait_for, workspace_root, HeraldProcess, TestEnv};
@@ -262,14 +262,6 @@ fn names_in_rules_and_dashboard() -> Result<BTreeSet<String>> {
         }
     }
     Ok(names)
-}
-
-async fn scrape(addr: &str) -> Result<String> {
-    let (status, text) = request_text(addr, "GET", "/metrics", &[], None).await?;
-    if status != 200 {
-        bail!("GET /metrics answered {status}");
-    }
-    Ok(text)
 }
 
 async fn produce_orders(env: &TestEnv, sellers: std::ops::Range<usize>, per_seller: usize) -> Result<()> {

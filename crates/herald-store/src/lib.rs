@@ -136,11 +136,6 @@ impl Store {
         &self.pg_config
     }
 
-    /// The TLS connector every connection of this store uses.
-    pub(crate) fn tls(&self) -> MakeRustlsConnect {
-        self.tls.clone()
-    }
-
     pub async fn conn(&self) -> Result<Connection> {
         Ok(self.pool.get().await?)
     }

@@ -76,7 +76,7 @@ impl Store {
     /// yields one unit per notification and closes when the connection is lost: the relay
     /// then falls back to its poll interval and listens again.
     pub async fn listen_outbox(&self) -> Result<OutboxListener> {
-        let (client, mut connection) = self.pg_config().connect(self.tls()).await?;
+        let (client, mut connection) = self.pg_config.connect(self.tls.clone()).await?;
         let (tx, rx) = mpsc::channel(1);
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         tokio::spawn(async move {

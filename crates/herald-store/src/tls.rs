@@ -15,7 +15,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::{Result, StoreError};
 
-/// The connector for `sslmode` prefer/require, trusting `ca_file` or the system's roots.
+/// The connector for `sslmode=require`, trusting `ca_file` or the system's roots.
 pub fn connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect> {
     let mut roots = RootCertStore::empty();
     match ca_file {

@@ -31,7 +31,7 @@ pub struct Fleet {
     launcher: Launcher,
     pub members: Vec<Member>,
     spawned: usize,
-    /// SIGKILLs sent, by roles.
+    /// SIGKILLs sent.
     pub kills: usize,
     /// Processes that left on SIGTERM (and exited 0).
     pub graceful_leaves: usize,
@@ -75,19 +75,18 @@ impl Fleet {
     }
 
     /// SIGKILLs a member chosen at random and starts a replacement with the same roles and
-    /// environment. Returns the killed member's label.
-    pub fn kill_and_replace(&mut self, rng: &mut Rng) -> Result<String> {
+    /// environment.
+    pub fn kill_and_replace(&mut self, rng: &mut Rng) -> Result<()> {
         self.note_exits();
         if self.members.is_empty() {
-            return Ok(String::new());
+            return Ok(());
         }
         let i = rng.range(0, self.members.len() as u64 - 1) as usize;
         let mut m = self.members.remove(i);
         m.process.kill()?;
         self.kills += 1;
         let vars: Vec<(&str, &str)> = m.vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        self.spawn(m.roles, &vars)?;
-        Ok(m.label)
+        self.spawn(m.roles, &vars)
     }
 
     /// Takes a member with `roles` out: SIGTERM (it must drain and exit 0), or SIGKILL.
@@ -118,18 +117,11 @@ impl Fleet {
 
     /// Replaces every member by one without the extra environment (no failpoints): what a
     /// fault phase leaves parked is killed, and the rest of the run settles normally.
-    pub fn restart_clean(&mut self, keep: &[&str]) -> Result<()> {
+    pub fn restart_clean(&mut self) -> Result<()> {
         self.note_exits();
-        let old: Vec<Member> = std::mem::take(&mut self.members);
-        for mut m in old {
+        for mut m in std::mem::take(&mut self.members) {
             m.process.kill()?;
-            let vars: Vec<(&str, &str)> = m
-                .vars
-                .iter()
-                .filter(|(k, _)| keep.contains(&k.as_str()))
-                .map(|(k, v)| (k.as_str(), v.as_str()))
-                .collect();
-            self.spawn(m.roles, &vars)?;
+            self.spawn(m.roles, &[])?;
         }
         Ok(())
     }

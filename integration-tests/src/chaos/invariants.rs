@@ -287,7 +287,7 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
     let dead = read_all(&env.topic("herald.dead-letter"))?.len();
     report.fig("dead_letters", dead);
     if dead != 0 {
-        report.violation(format!("{dead} valid event(s) dead-lettered"));
+        report.violation(format!("(e) {dead} valid event(s) dead-lettered"));
     }
 
     // (f) Every conflicting re-emission recorded once, against its order's intents.
@@ -306,9 +306,9 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
     for m in &plan.conflicts {
         *injected.entry(plan.orders[m.order].clone()).or_default() += 1;
     }
-    let mismatched: Vec<String> = injected
-        .keys()
-        .chain(recorded.keys())
+    let orders: BTreeSet<&String> = injected.keys().chain(recorded.keys()).collect();
+    let mismatched: Vec<String> = orders
+        .into_iter()
         .filter(|o| injected.get(*o) != recorded.get(*o))
         .map(|o| {
             format!(

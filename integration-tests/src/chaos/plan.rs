@@ -57,7 +57,7 @@ impl Plan {
         let mut messages = Vec::new();
         let mut conflicts = Vec::new();
         for (i, order) in orders.iter().enumerate() {
-            let seller = format!("seller-{}", Self::seller_index(i));
+            let seller = Self::seller_id(Self::seller_of(i));
             let value = order_event(
                 &format!("evt-{order}"),
                 "order.created",
@@ -99,12 +99,13 @@ impl Plan {
     }
 
     /// Index in `sellers` of the seller of the `n`-th order.
-    pub fn seller_of(&self, n: usize) -> usize {
-        Self::seller_index(n)
+    pub fn seller_of(n: usize) -> usize {
+        n % SELLERS
     }
 
-    fn seller_index(n: usize) -> usize {
-        n % SELLERS
+    /// The seller id of `sellers[i]` in profiles and order events.
+    fn seller_id(i: usize) -> String {
+        format!("seller-{i}")
     }
 
     pub fn events(&self) -> usize {
@@ -124,7 +125,7 @@ impl Plan {
     /// Publishes the sellers' profiles (opted in, destinations of their own) and waits
     /// until they are stored, so that every order is routed with consent granted.
     pub async fn seed_sellers(&self, env: &TestEnv) -> Result<()> {
-        let ids: Vec<String> = (0..self.sellers.len()).map(|i| format!("seller-{i}")).collect();
+        let ids: Vec<String> = (0..self.sellers.len()).map(Self::seller_id).collect();
         let profiles: Vec<_> = self
             .sellers
             .iter()

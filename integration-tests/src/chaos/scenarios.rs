@@ -140,7 +140,7 @@ impl Run {
             .iter()
             .position(|o| *o == order)
             .context("canary order")?;
-        let to = &self.plan.sellers[self.plan.seller_of(n)].email;
+        let to = &self.plan.sellers[Plan::seller_of(n)].email;
         send_email_directly(to, &format!("New order {order} on acme")).await?;
         let mut probe = Report::new("canary");
         check(&self.env, &self.plan, &mut probe).await?;
@@ -233,8 +233,7 @@ async fn conflicts(scale: Scale, rng: &mut Rng) -> Result<Report> {
         .start(scale, rng, &roles)
         .await?;
     let production = run.produce(Duration::from_secs(scale.pick(8, 60)));
-    let report = run.finish(fleet, production).await?;
-    Ok(report)
+    run.finish(fleet, production).await
 }
 
 /// A dead consumer holds its partitions until its session times out (Herald's default is
@@ -273,7 +272,7 @@ async fn sigkill(scale: Scale, rng: &mut Rng) -> Result<Report> {
         tokio::time::sleep(Duration::from_millis(rng.range(1500, 4000))).await;
         fleet.kill_and_replace(rng)?;
     }
-    fleet.restart_clean(&[])?;
+    fleet.restart_clean()?;
     run.report.fig("kills", fleet.kills);
     run.finish(fleet, production).await
 }
@@ -322,7 +321,7 @@ async fn database(scale: Scale, rng: &mut Rng) -> Result<Report> {
         let t = Instant::now();
         while t.elapsed() < outage {
             for (i, addr) in addrs.iter().enumerate() {
-                if matches!(request(addr, "GET", "/readyz", None).await, Ok((503, _))) {
+                if readyz(addr).await == Some(503) {
                     not_ready_seen[i] = true;
                 }
             }
@@ -335,7 +334,7 @@ async fn database(scale: Scale, rng: &mut Rng) -> Result<Report> {
             Duration::from_secs(90),
             || async {
                 for addr in &addrs {
-                    if !matches!(request(addr, "GET", "/readyz", None).await, Ok((200, _))) {
+                    if readyz(addr).await != Some(200) {
                         return Ok(None);
                     }
                 }
@@ -365,6 +364,14 @@ async fn database(scale: Scale, rng: &mut Rng) -> Result<Report> {
             .violation("a herald process was restarted or lost during the outage");
     }
     run.finish(fleet, production).await
+}
+
+/// The status of a process's `/readyz`; `None` when it does not answer.
+async fn readyz(addr: &str) -> Option<u16> {
+    request(addr, "GET", "/readyz", None)
+        .await
+        .ok()
+        .map(|(status, _)| status)
 }
 
 /// Provider faults through toxiproxy and a throttling forwarder, in turns while orders
@@ -526,8 +533,9 @@ async fn slow(scale: Scale, rng: &mut Rng) -> Result<Report> {
 
 /// `herald_deliveries_in_flight` of a process, from its `/metrics`.
 async fn in_flight(addr: &str) -> Result<i64> {
-    let (_, text) = crate::http::request_text(addr, "GET", "/metrics", &[], None).await?;
-    text.lines()
+    crate::http::scrape(addr)
+        .await?
+        .lines()
         .find(|l| l.starts_with("herald_deliveries_in_flight"))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse::<f64>().ok())
