@@ -1,6 +1,8 @@
 # Herald: `make demo` runs the main job on the local stack, `make test` runs every check.
 # Both install what is missing (build tools, Kafka jars, PostgreSQL, moto, toxiproxy,
-# Jaeger) and start the local stack when it is not running. See README.md.
+# Jaeger) and start the local stack when it is not running; each check's own tool (rustfmt,
+# clippy, promtool, cargo-deny, cargo-fuzz) is installed by the target that runs it
+# (deploy/local/tool.sh), so `make demo` installs only what the demo uses. See README.md.
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
@@ -11,6 +13,10 @@ FEATURES     := --features herald/failpoints
 HERALD       := target/debug/herald
 LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
+TOOL         := $(LOCAL)/tool.sh
+# The local stack's components that `stack-up` starts; the demo and `make run` need neither
+# toxiproxy (the tests' network faults) nor anything else they do not use.
+STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka
 
 .PHONY: help deps build lint fmt-check clippy rules deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate delivery-rate
@@ -38,17 +44,20 @@ build: deps
 	@$(CARGO) build --workspace --bins $(FEATURES)
 
 fmt-check:
+	@$(TOOL) rustfmt
 	@echo "check: cargo fmt --check"
 	@$(CARGO) fmt --all -- --check
 
 clippy: deps
+	@$(TOOL) clippy
 	@echo "check: cargo clippy -D warnings"
 	@$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 
 lint: fmt-check clippy
 
 # The alerting rules parse, and their unit tests (deploy/prometheus/alerts.test.yml) pass.
-rules: deps
+rules:
+	@$(TOOL) promtool
 	@echo "check: promtool check rules, promtool test rules"
 	@promtool check rules deploy/prometheus/alerts.yml
 	@cd deploy/prometheus && promtool test rules alerts.test.yml
@@ -59,14 +68,20 @@ test-all: build stack-up
 	@echo "test: unit tests, and integration tests against the local stack"
 	@HERALD_BIN=$(CURDIR)/$(HERALD) $(CARGO) test --workspace --no-fail-fast $(FEATURES) -- --test-threads=4
 
-# The dependency graph's licenses, bans and sources (deny.toml); offline.
-deny: deps
-	@echo "check: cargo deny check licenses bans sources"
+# The dependency graph's licenses, bans and sources (deny.toml). cargo deny reads `cargo
+# metadata`, which needs the crates of every target (wasm, Windows, Android), not only the
+# ones a build for this host downloads: `cargo fetch` gets them all first, then the check
+# runs offline.
+deny:
+	@$(TOOL) cargo-deny
+	@echo "check: cargo fetch --locked (every target's crates), cargo deny check licenses bans sources"
+	@$(CARGO) fetch --locked --quiet
 	@$(CARGO) deny --offline check licenses bans sources
 
 # Known vulnerabilities (RustSec): fetches the advisory database, so it needs the network
 # and is not part of `make test`.
-audit: deps
+audit:
+	@$(TOOL) cargo-deny
 	@echo "audit: cargo deny check advisories (fetches the RustSec database)"
 	@$(CARGO) deny check advisories
 
@@ -91,7 +106,7 @@ fuzz: deps
 	@$(LOCAL)/fuzz.sh $(FUZZ_SECONDS)
 
 stack-up:
-	@$(LOCAL)/stack.sh up
+	@$(LOCAL)/stack.sh up $(STACK_COMPONENTS)
 
 stack-down:
 	@$(LOCAL)/stack.sh down
@@ -108,6 +123,7 @@ topics: build stack-up
 templates: migrate
 	@$(LOCAL)/publish-templates.sh $(HERALD) $(LOCAL_CONFIG)
 
+run: STACK_COMPONENTS = postgres moto jaeger kafka
 run: migrate topics templates
 	@$(HERALD) --config $(LOCAL_CONFIG) run --roles ingest,relay,deliver
 
@@ -140,5 +156,6 @@ bench-quick: bench-build stack-up
 	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench --quick --out bench/results/quick
 	@$(LOCAL)/bench-plot.sh bench/results/quick/latest.json bench/results/quick
 
+demo: STACK_COMPONENTS = postgres moto jaeger kafka
 demo: migrate topics templates
 	@$(LOCAL)/demo.sh $(HERALD) $(LOCAL_CONFIG)

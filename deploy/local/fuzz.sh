@@ -2,7 +2,8 @@
 # Runs every cargo-fuzz target in fuzz/ for a bounded time (SECONDS each, default 60):
 # libFuzzer, seeded from fuzz/corpus/<target>/ (read only); what it discovers goes to
 # .local/fuzz/<target>/, a crash to fuzz/artifacts/<target>/ and a non-zero exit.
-# cargo-fuzz is installed (pinned) on first use. On a stable toolchain the build needs
+# cargo-fuzz is installed (pinned) on first use by tool.sh; the fuzz crate's own dependencies
+# (fuzz/Cargo.lock) are fetched first. On a stable toolchain the build needs
 # RUSTC_BOOTSTRAP=1 for cargo-fuzz's -Z flags, and runs without a sanitizer.
 set -euo pipefail
 COMPONENT=fuzz
@@ -10,13 +11,11 @@ COMPONENT=fuzz
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 seconds="${1:-60}"
-CARGO_FUZZ_VERSION=0.13.2
-if [ "$(cargo fuzz --version 2>/dev/null | awk '{print $2}')" != "$CARGO_FUZZ_VERSION" ]; then
-  say "cargo install cargo-fuzz $CARGO_FUZZ_VERSION (first run only)"
-  cargo install --locked --quiet cargo-fuzz --version "$CARGO_FUZZ_VERSION"
-fi
+"$HERALD_LOCAL_SCRIPTS/tool.sh" cargo-fuzz
 
 cd "$HERALD_ROOT"
+say "cargo fetch --locked (fuzz/Cargo.lock)"
+cargo fetch --locked --manifest-path fuzz/Cargo.toml
 export RUSTC_BOOTSTRAP=1
 targets=$(cargo fuzz list)
 failed=()

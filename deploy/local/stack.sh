@@ -2,8 +2,9 @@
 # The whole local stack: Kafka 127.0.0.1:19092 (controller 19093), PostgreSQL 127.0.0.1:15432,
 # moto 127.0.0.1:14566, toxiproxy API 127.0.0.1:18474, Jaeger OTLP 127.0.0.1:14317 (gRPC) /
 # 127.0.0.1:14318 (HTTP) and query API/UI 127.0.0.1:16686 (query gRPC 16685).
-# usage: deploy/local/stack.sh up|down|status
-#   up     install what is missing and start what is not running (no-op on a running stack)
+# usage: deploy/local/stack.sh up [COMPONENT...]|down|status
+#   up     install what is missing and start what is not running (no-op on a running stack);
+#          only the named components when some are given (`make demo` needs no toxiproxy)
 #   down   stop everything; nothing is left running
 #   status one line per component; exit non-zero if any is not running
 set -euo pipefail
@@ -15,9 +16,14 @@ D="$HERALD_LOCAL_SCRIPTS"
 COMPONENTS=(postgres moto toxiproxy jaeger kafka)
 
 up() {
-  local t0 c; t0="$(now_s)"
+  local t0 c wanted=("$@"); t0="$(now_s)"
+  [ ${#wanted[@]} -gt 0 ] || wanted=("${COMPONENTS[@]}")
+  for c in "${wanted[@]}"; do
+    case " ${COMPONENTS[*]} " in *" $c "*) ;; *) die "unknown component '$c' (${COMPONENTS[*]})" ;; esac
+  done
+  # in the stack's order (kafka last: it is the slowest to become ready)
   for c in "${COMPONENTS[@]}"; do
-    "$D/$c.sh" start
+    case " ${wanted[*]} " in *" $c "*) "$D/$c.sh" start ;; esac
   done
   say "up in $(( $(now_s) - t0 ))s"
 }
@@ -40,7 +46,7 @@ status() {
 }
 
 case "${1:-}" in
-  up) up ;;
+  up) shift; up "$@" ;;
   down) down ;;
   status) status ;;
   *) echo "usage: $0 up|down|status" >&2; exit 2 ;;

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Installs the named developer tools, idempotently, each where a make target uses it (so
+# `make demo` installs none of them):
+#   rustfmt, clippy   rustup components (make fmt-check, make clippy)
+#   promtool          Debian's `prometheus` package, its server kept from starting (make rules)
+#   cargo-deny        pinned, compiled from source: several minutes on 2 cores (make deny, audit)
+#   cargo-fuzz        pinned, compiled from source (make fuzz)
+# usage: deploy/local/tool.sh NAME...
+set -euo pipefail
+COMPONENT=tool
+# shellcheck source=deploy/local/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CARGO_DENY_VERSION=0.20.2
+CARGO_FUZZ_VERSION=0.13.2
+
+rust_component() {
+  local c="$1"
+  command -v rustup >/dev/null 2>&1 || return 0   # a Rust without rustup brings its own
+  if ! rustup component list --installed 2>/dev/null | grep -q "^$c"; then
+    say "rustup component add $c"
+    rustup component add "$c" >/dev/null
+  fi
+}
+
+# cargo_tool NAME VERSION : `cargo install --locked NAME --version VERSION` unless `cargo NAME
+# --version` already reports it. Installs into $CARGO_HOME/bin, where cargo finds subcommands.
+cargo_tool() {
+  local name="$1" version="$2" sub="${1#cargo-}"
+  if [ "$(cargo "$sub" --version 2>/dev/null | awk '{print $2}')" != "$version" ]; then
+    say "cargo install $name $version (first run only; a few minutes)"
+    cargo install --locked --quiet "$name" --version "$version"
+  fi
+}
+
+# promtool: Debian ships it in the `prometheus` package, whose postinst starts the Prometheus
+# server (invoke-rc.d, or deb-systemd-invoke under systemd) listening on *:9090. Installed with a
+# temporary policy-rc.d that forbids every service action (exit 101; both invokers honour it); a
+# policy-rc.d already there is put back afterwards. Under systemd the unit is also disabled, and a
+# server that appeared during the install anyway is stopped.
+POLICY_RC=/usr/sbin/policy-rc.d
+POLICY_RC_BACKUP=""
+restore_policy_rc() {
+  if [ -n "$POLICY_RC_BACKUP" ]; then
+    mv -f "$POLICY_RC_BACKUP" "$POLICY_RC"
+    POLICY_RC_BACKUP=""
+  else
+    rm -f "$POLICY_RC"
+  fi
+}
+
+install_promtool() {
+  require_root
+  local before p
+  before=" $(find_pids /usr/bin/prometheus | tr '\n' ' ')"
+  if [ -e "$POLICY_RC" ]; then
+    POLICY_RC_BACKUP="$(mktemp "$POLICY_RC.herald.XXXXXX")"
+    cp -p "$POLICY_RC" "$POLICY_RC_BACKUP"
+  fi
+  trap restore_policy_rc EXIT
+  printf '#!/bin/sh\n# written by herald deploy/local/build-deps.sh for one apt-get install; removed after it\nexit 101\n' >"$POLICY_RC"
+  chmod 755 "$POLICY_RC"
+  apt_install prometheus
+  restore_policy_rc
+  trap - EXIT
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
+  for p in $(find_pids /usr/bin/prometheus); do
+    case "$before" in *" $p "*) continue ;; esac
+    warn "stopping the Prometheus server the package install started (pid $p)"
+    stop_pid "$p" 10 TERM
+  done
+  command -v promtool >/dev/null 2>&1 || die "promtool still missing after apt-get install prometheus"
+  say "promtool: $(promtool --version 2>&1 | head -n1)"
+}
+
+
+[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz ..."
+for tool in "$@"; do
+  case "$tool" in
+    rustfmt | clippy) rust_component "$tool" ;;
+    promtool) command -v promtool >/dev/null 2>&1 || install_promtool ;;
+    cargo-deny) cargo_tool cargo-deny "$CARGO_DENY_VERSION" ;;
+    cargo-fuzz) cargo_tool cargo-fuzz "$CARGO_FUZZ_VERSION" ;;
+    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz)" ;;
+  esac
+done
