@@ -263,7 +263,7 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
     use futures::StreamExt;
     use herald_core::retry::NextState;
     use herald_core::AttemptOutcome;
-    use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome};
+    use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome, ClaimRequest};
     use herald_store::{Store, StoreConfig};
     use tokio_postgres::AsyncMessage;
 
@@ -320,8 +320,9 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
             (*c, policy)
         })
         .collect();
+    let requests: Vec<ClaimRequest> = ids.iter().map(|id| ClaimRequest::new(*id)).collect();
     let claimed = store
-        .claim("notify-test", Duration::from_secs(60), &ids, &policies)
+        .claim("notify-test", Duration::from_secs(60), &requests, &policies)
         .await?;
     let record = |outcome: &ClaimOutcome, attempt: AttemptOutcome, next: NextState| match outcome {
         ClaimOutcome::Claimed(c) => Ok(AttemptRecord {
@@ -338,14 +339,11 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
     };
 
     store
-        .record(
-            "notify-test",
-            &[record(
-                &claimed[0],
-                AttemptOutcome::Accepted,
-                NextState::Accepted,
-            )?],
-        )
+        .record(&[record(
+            &claimed[0],
+            AttemptOutcome::Accepted,
+            NextState::Accepted,
+        )?])
         .await?;
     env.db.batch_execute("NOTIFY herald_outbox, 'marker'").await?;
     let first = tokio::time::timeout(WAIT, notifications.recv()).await?;
@@ -356,14 +354,11 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
     );
 
     store
-        .record(
-            "notify-test",
-            &[record(
-                &claimed[1],
-                AttemptOutcome::Retryable,
-                NextState::RetryAfter(Duration::from_secs(60)),
-            )?],
-        )
+        .record(&[record(
+            &claimed[1],
+            AttemptOutcome::Retryable,
+            NextState::RetryAfter(Duration::from_secs(60)),
+        )?])
         .await?;
     let woken = tokio::time::timeout(WAIT, notifications.recv()).await?;
     assert_eq!(woken.as_deref(), Some(""), "a queued retry wakes the relays");

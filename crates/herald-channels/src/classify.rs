@@ -79,17 +79,23 @@ const THROTTLING: &[&str] = &[
     "KMSThrottling",
 ];
 
-/// Provider-side failures that did not take the message.
-const PROVIDER_ERRORS: &[&str] = &[
+/// Provider-side failures that say the request was not processed: the service turned it
+/// away (unavailable) or gave up reading it (aws-runtime `TRANSIENT_ERRORS`).
+const NOT_PROCESSED: &[&str] = &[
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "RequestTimeout",
+    "RequestTimeoutException",
+];
+
+/// Provider-side failures that do not say how far the request got: an internal error may
+/// come after the message was queued. AWS calls them retryable; for a call without an
+/// idempotency token that means "may duplicate", so they are `Unknown`.
+const INTERNAL_ERRORS: &[&str] = &[
     "InternalError",
     "InternalFailure",
     "InternalServerError",
     "InternalErrorException",
-    "ServiceUnavailable",
-    "ServiceUnavailableException",
-    // The server gave up reading the request: it was not processed (aws-runtime TRANSIENT_ERRORS).
-    "RequestTimeout",
-    "RequestTimeoutException",
 ];
 
 /// Signature refused as stale: the SDK refreshes credentials and corrects clock skew for
@@ -254,14 +260,24 @@ fn chain<'a>(err: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Er
 }
 
 /// The provider answered with an error. The code decides; the HTTP status decides for codes
-/// not listed here (4xx: the provider refused this request; 5xx: its own failure).
+/// not listed here (4xx: the provider refused this request; 503: it turned the request
+/// away; any other 5xx: it failed somewhere, perhaps after taking the message).
+///
+/// A 502 or 504 comes from a gateway in front of the service: whatever code the body
+/// carries, the request may have reached the service and been processed, so it is
+/// `Unknown` unless the answer is a throttle.
 fn service_error(code: Option<&str>, message: Option<&str>, status: u16, detail: String) -> Outcome {
     use ErrorCategory as C;
-    let (class, category) = match code.unwrap_or("") {
+    let code = code.unwrap_or("");
+    if matches!(status, 502 | 504) && !THROTTLING.contains(&code) {
+        return outcome(Class::Unknown, C::ProviderError, detail);
+    }
+    let (class, category) = match code {
         c if THROTTLING.contains(&c) => (Class::Retryable, C::Throttled),
         "SendingPausedException" => (Class::Retryable, C::SendingPaused),
         "LimitExceededException" => (Class::Retryable, C::LimitExceeded),
-        c if PROVIDER_ERRORS.contains(&c) => (Class::Retryable, C::ProviderError),
+        c if NOT_PROCESSED.contains(&c) => (Class::Retryable, C::ProviderError),
+        c if INTERNAL_ERRORS.contains(&c) => (Class::Unknown, C::ProviderError),
         c if EXPIRED.contains(&c) => (Class::Retryable, C::CredentialsExpired),
         "MessageRejected" if mentions_unverified(message) => (Class::Rejected, C::UnverifiedSender),
         "MessageRejected" => (Class::Rejected, C::MessageRejected),
@@ -275,7 +291,8 @@ fn service_error(code: Option<&str>, message: Option<&str>, status: u16, detail:
         c if AUTH_FAILED.contains(&c) => (Class::Rejected, C::AuthFailed),
         _ => match status {
             429 => (Class::Retryable, C::Throttled),
-            500..=599 => (Class::Retryable, C::ProviderError),
+            503 => (Class::Retryable, C::ProviderError),
+            500..=599 => (Class::Unknown, C::ProviderError),
             400..=499 => (Class::Rejected, C::Other),
             // A 2xx whose body the SDK could not parse comes back as an unhandled service error.
             200..=299 => (Class::Unknown, C::UnreadableResponse),

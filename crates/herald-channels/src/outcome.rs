@@ -18,11 +18,13 @@ pub enum Outcome {
     Accepted { provider_message_id: String },
     /// Permanent: the provider refused this message, or it could not be built. Never retried.
     Rejected { category: ErrorCategory, detail: String },
-    /// Safe to retry: the provider did not take the message (throttled, 5xx, or the request
-    /// never left this process or never reached a connected socket).
+    /// Safe to retry: the provider did not take the message (throttled, unavailable (503),
+    /// or the request never left this process or never reached a connected socket).
     Retryable { category: ErrorCategory, detail: String },
     /// The request may have been received but no answer was observed (timeout, connection
-    /// broken after the request was written, unreadable response). A retry may duplicate.
+    /// broken after the request was written, unreadable response), or the answer does not
+    /// say whether it was processed (an internal error, 502, 504, another 5xx). A retry
+    /// may duplicate.
     Unknown { category: ErrorCategory, detail: String },
 }
 

@@ -196,6 +196,18 @@ async fn a_bare_503_is_retryable_provider_error() {
 }
 
 #[tokio::test]
+async fn a_bare_502_or_504_is_unknown_the_request_may_have_been_processed() {
+    for response in [
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+        "HTTP/1.1 504 Gateway Timeout\r\nContent-Length: 0\r\n\r\n",
+    ] {
+        let url = fake_server(move |stream| answer(stream, response)).await;
+        let outcome = send_to(url, Duration::from_secs(5)).await;
+        assert_outcome(&outcome, "unknown", ErrorCategory::ProviderError);
+    }
+}
+
+#[tokio::test]
 async fn a_2xx_with_message_id_is_accepted() {
     let url = fake_server(|stream| {
         answer(

@@ -75,8 +75,11 @@ impl RetryPolicy {
         ceiling.mul_f64(0.1 + 0.9 * jitter.clamp(0.0, 1.0))
     }
 
-    /// The next state after attempt `attempt_no` ended with `outcome`.
-    pub fn next(&self, outcome: AttemptOutcome, attempt_no: u32, jitter: f64) -> NextState {
+    /// The next state after the `tries`-th attempt that could have reached the provider
+    /// ended with `outcome` (attempts recorded `not_sent` are not counted: they never
+    /// reached it).
+    pub fn next(&self, outcome: AttemptOutcome, tries: u32, jitter: f64) -> NextState {
+        let attempt_no = tries.max(1);
         let retry = || {
             if attempt_no >= self.max_attempts {
                 NextState::Failed
@@ -94,10 +97,26 @@ impl RetryPolicy {
                 UnknownPolicy::Retry if attempt_no < self.max_attempts => retry(),
                 _ => NextState::HoldUnknown,
             },
+            // Nothing reached the provider: due again soon, never `failed` for it (a channel
+            // held back by its rate must not use up the intent's attempts).
+            AttemptOutcome::NotSent => NextState::RetryAfter(self.backoff(1, jitter)),
             // An attempt is never recorded as `started` twice; treat it as unknown.
             AttemptOutcome::Started => NextState::HoldUnknown,
         }
     }
+}
+
+/// A uniform sample in [0, 1) for backoff jitter. SipHash of the time, keyed by std's
+/// per-process random keys (which advance on every call): no random-number crate needed
+/// for a jitter.
+pub fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    h.write_u128(now.as_nanos());
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 #[cfg(test)]
@@ -160,6 +179,25 @@ mod tests {
             policy(UnknownPolicy::Retry).next(AttemptOutcome::Unknown, 4, 0.5),
             NextState::HoldUnknown
         );
+    }
+
+    #[test]
+    fn not_sent_comes_back_soon_and_never_uses_up_the_attempts() {
+        let p = policy(UnknownPolicy::Hold);
+        for tries in [0, 1, 4, 40] {
+            match p.next(AttemptOutcome::NotSent, tries, 1.0) {
+                NextState::RetryAfter(d) => assert_eq!(d, Duration::from_secs(1), "{tries}"),
+                other => panic!("after {tries} tries: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn jitter_is_a_spread_sample_in_the_unit_interval() {
+        let samples: Vec<f64> = (0..1000).map(|_| jitter()).collect();
+        assert!(samples.iter().all(|j| (0.0..1.0).contains(j)));
+        let low = samples.iter().filter(|j| **j < 0.5).count();
+        assert!((350..650).contains(&low), "{low} of 1000 below 0.5");
     }
 
     #[test]

@@ -61,15 +61,20 @@ pub enum AttemptOutcome {
     Rejected,
     Retryable,
     Unknown,
+    /// Claimed, and no request went to the provider: the worker's lease could no longer
+    /// cover a send, or the worker released the attempt (shutdown, partition revoked).
+    /// Does not count against `max_attempts`; the reason is a [`NotSentReason`].
+    NotSent,
 }
 
 impl AttemptOutcome {
-    pub const ALL: [AttemptOutcome; 5] = [
+    pub const ALL: [AttemptOutcome; 6] = [
         AttemptOutcome::Started,
         AttemptOutcome::Accepted,
         AttemptOutcome::Rejected,
         AttemptOutcome::Retryable,
         AttemptOutcome::Unknown,
+        AttemptOutcome::NotSent,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -79,6 +84,46 @@ impl AttemptOutcome {
             AttemptOutcome::Rejected => "rejected",
             AttemptOutcome::Retryable => "retryable",
             AttemptOutcome::Unknown => "unknown",
+            AttemptOutcome::NotSent => "not_sent",
+        }
+    }
+}
+
+/// Why a claimed attempt sent nothing (its `error_category`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NotSentReason {
+    /// Just before the request, the worker's own deadline (its lease, less the attempt
+    /// timeout and a margin) had passed: a send could outlive the lease.
+    LeaseDeadline,
+    /// The process was shutting down (SIGTERM) before the attempt's turn came.
+    Shutdown,
+    /// The delivery message's partition was revoked (rebalance) before the attempt's turn.
+    Revoked,
+}
+
+impl NotSentReason {
+    pub const ALL: [NotSentReason; 3] = [
+        NotSentReason::LeaseDeadline,
+        NotSentReason::Shutdown,
+        NotSentReason::Revoked,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotSentReason::LeaseDeadline => "lease_deadline",
+            NotSentReason::Shutdown => "shutdown",
+            NotSentReason::Revoked => "revoked",
+        }
+    }
+
+    /// The attempt's `error_detail`.
+    pub fn detail(self) -> &'static str {
+        match self {
+            NotSentReason::LeaseDeadline => {
+                "not sent: the lease could no longer cover a send (waited too long for a send slot or the channel's rate)"
+            }
+            NotSentReason::Shutdown => "not sent: the worker was shutting down",
+            NotSentReason::Revoked => "not sent: the delivery message's partition was revoked",
         }
     }
 }
@@ -130,6 +175,7 @@ mod tests {
             assert_eq!(o.as_str().parse::<AttemptOutcome>().unwrap(), o);
         }
         assert!("done".parse::<IntentState>().is_err());
+        assert_eq!(AttemptOutcome::NotSent.as_str(), "not_sent");
     }
 
     #[test]

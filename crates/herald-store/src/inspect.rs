@@ -14,7 +14,8 @@ use crate::{Connection, Result, Store, StoreError};
 /// An intent's attempts (notification_attempts_intent_idx, on every partition).
 pub(crate) const ATTEMPTS_OF_INTENT: &str =
     "SELECT attempt_no, outcome, after_unknown, worker, started_at, finished_at,
-            provider_message_id, error_category
+            provider_message_id, error_category, late_outcome, late_provider_message_id,
+            late_error_category, late_recorded_at
      FROM notification_attempts WHERE intent_id = $1 ORDER BY attempt_no";
 /// An intent by business key (notification_intents_business_key).
 pub(crate) const INTENT_BY_BUSINESS_KEY: &str = "SELECT id FROM notification_intents
@@ -106,6 +107,10 @@ pub struct IntentView {
     pub consent: String,
     pub state: String,
     pub attempt_count: i32,
+    /// Attempts recorded `not_sent` (claimed, nothing sent): not counted by the retry policy.
+    pub unsent_attempts: i32,
+    /// Whether an attempt was ever recorded `unknown`, whatever settled the intent later.
+    pub had_unknown: bool,
     pub next_attempt_at: Option<DateTime<Utc>>,
     pub lease_owner: Option<String>,
     pub lease_until: Option<DateTime<Utc>>,
@@ -142,6 +147,17 @@ pub struct AttemptView {
     pub finished_at: Option<DateTime<Utc>>,
     pub provider_message_id: Option<String>,
     pub error_category: Option<String>,
+    /// An outcome that arrived after the attempt had been recorded `unknown` (its lease
+    /// expired first), stored beside it.
+    pub late: Option<LateOutcomeView>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LateOutcomeView {
+    pub outcome: String,
+    pub provider_message_id: Option<String>,
+    pub error_category: Option<String>,
+    pub recorded_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -226,7 +242,8 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
                         i.source_topic || '/' || i.source_partition || '@' || i.source_offset,
                         i.created_at, i.updated_at,
                         p.destination, p.locale, p.subject, octet_length(p.body_text), p.body_html IS NOT NULL,
-                        (SELECT count(*) FROM outbox o WHERE o.intent_id = i.id)
+                        (SELECT count(*) FROM outbox o WHERE o.intent_id = i.id),
+                        i.unsent_attempts, i.had_unknown
                  FROM notification_intents i JOIN notification_payloads p ON p.digest = i.payload_digest
                  WHERE i.id = $1",
                 &[&id],
@@ -249,6 +266,12 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
                 finished_at: a.get(5),
                 provider_message_id: a.get(6),
                 error_category: a.get(7),
+                late: a.get::<_, Option<String>>(8).map(|outcome| LateOutcomeView {
+                    outcome,
+                    provider_message_id: a.get(9),
+                    error_category: a.get(10),
+                    recorded_at: a.get(11),
+                }),
             })
             .collect();
         // intent_conflicts_source (leading column intent_id)
@@ -284,6 +307,8 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
             consent: r.get(11),
             state: r.get(12),
             attempt_count: r.get(13),
+            unsent_attempts: r.get(29),
+            had_unknown: r.get(30),
             next_attempt_at: r.get(14),
             lease_owner: r.get(15),
             lease_until: r.get(16),

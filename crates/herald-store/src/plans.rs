@@ -76,7 +76,6 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
                 Box::new(vec![Uuid::nil()]),
                 Box::new(vec!["accepted".to_owned()]),
                 Box::new(vec![None::<f64>]),
-                Box::new("worker".to_owned()),
             ]
         },
     },

@@ -2,23 +2,25 @@
 //! relays share the work, delete them once the broker acknowledged, and LISTEN for inserts.
 
 use futures::StreamExt;
+use herald_core::Channel;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use uuid::Uuid;
 
 use crate::{Connection, Result, Store};
 
-/// The channel the `outbox_notify_after_insert` trigger notifies (migrations/V1).
 /// Due outbox rows, oldest first, skipping rows another relay holds
-/// (outbox_available_at_idx).
-pub(crate) const CLAIM_DUE: &str = "SELECT id, intent_id, trace_context FROM outbox
-     WHERE available_at <= now()
-     ORDER BY available_at, id
+/// (outbox_available_at_idx), with their intent's channel (notification_intents_pkey).
+pub(crate) const CLAIM_DUE: &str = "SELECT o.id, o.intent_id, o.trace_context, i.channel
+     FROM outbox o JOIN notification_intents i ON i.id = o.intent_id
+     WHERE o.available_at <= now()
+     ORDER BY o.available_at, o.id
      LIMIT $1
-     FOR UPDATE SKIP LOCKED";
+     FOR UPDATE OF o SKIP LOCKED";
 /// Published rows (outbox_pkey).
 pub(crate) const DELETE_PUBLISHED: &str = "DELETE FROM outbox WHERE id = ANY($1::int8[])";
 
+/// The channel the `outbox_notify_after_insert` trigger notifies (migrations/V1).
 pub const OUTBOX_CHANNEL: &str = "herald_outbox";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +28,9 @@ pub struct OutboxRow {
     pub id: i64,
     pub intent_id: Uuid,
     pub trace_context: Option<String>,
+    /// The intent's channel: published with the message, so that a delivery worker knows
+    /// which channel's claim window the intent takes before it claims.
+    pub channel: Channel,
 }
 
 /// One relay round: the claimed rows stay locked (invisible to other relays) until
@@ -45,14 +50,19 @@ impl<'a> RelayTx<'a> {
     pub async fn claim_due(&self, limit: i64) -> Result<Vec<OutboxRow>> {
         // outbox_available_at_idx (available_at, id)
         let rows = self.tx.query(CLAIM_DUE, &[&limit]).await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| OutboxRow {
-                id: r.get(0),
-                intent_id: r.get(1),
-                trace_context: r.get(2),
+        rows.into_iter()
+            .map(|r| {
+                let channel: &str = r.get(3);
+                Ok(OutboxRow {
+                    id: r.get(0),
+                    intent_id: r.get(1),
+                    trace_context: r.get(2),
+                    channel: channel.parse().map_err(|e| {
+                        crate::StoreError::Corrupt(format!("notification_intents.channel: {e}"))
+                    })?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Deletes the published rows and commits.

@@ -30,8 +30,11 @@ pub struct Metrics {
     dead_letters: Counter<u64>,
     attempts_started: Counter<u64>,
     attempts: Counter<u64>,
+    attempts_not_sent: Counter<u64>,
+    attempt_records: Counter<u64>,
     claims_skipped: Counter<u64>,
     relay_published: Counter<u64>,
+    intents_requeued: Counter<u64>,
     attempt_duration: Histogram<f64>,
     ingest_batch_size: Histogram<u64>,
     ingest_commit_duration: Histogram<f64>,
@@ -72,6 +75,23 @@ impl Metrics {
             attempts: meter
                 .u64_counter("herald_attempts")
                 .with_description("Delivery attempts finished, by channel and outcome class")
+                .build(),
+            attempts_not_sent: meter
+                .u64_counter("herald_attempts_not_sent")
+                .with_description(
+                    "Claimed attempts that sent nothing, by channel and reason (lease_deadline, shutdown, revoked)",
+                )
+                .build(),
+            attempt_records: meter
+                .u64_counter("herald_attempt_records")
+                .with_description(
+                    "Attempt records by what they could do: on_time, fenced (lease lost: intent untouched), \
+                     late_settled / late_kept (after the attempt was recorded unknown), already_recorded, missing",
+                )
+                .build(),
+            intents_requeued: meter
+                .u64_counter("herald_intents_requeued")
+                .with_description("Intents found due without an outbox row (stranded) and queued again")
                 .build(),
             claims_skipped: meter
                 .u64_counter("herald_claims_skipped")
@@ -169,6 +189,38 @@ impl Metrics {
         self.attempt_duration.record(took.as_secs_f64(), &labels);
     }
 
+    /// A claimed attempt that sent nothing: counted with the attempts (outcome
+    /// `not_sent`), not in the provider-call histogram. `reason`: a `NotSentReason`.
+    pub fn attempt_not_sent(&self, channel: &str, reason: &'static str) {
+        self.attempts.add(
+            1,
+            &[
+                KeyValue::new("channel", channel.to_owned()),
+                KeyValue::new("outcome", "not_sent"),
+            ],
+        );
+        self.attempts_not_sent.add(
+            1,
+            &[
+                KeyValue::new("channel", channel.to_owned()),
+                KeyValue::new("reason", reason),
+            ],
+        );
+    }
+
+    /// What one attempt record could do (`result`: on_time, fenced, late_settled,
+    /// late_kept, already_recorded, missing).
+    pub fn attempt_recorded(&self, result: &'static str) {
+        self.attempt_records.add(1, &[KeyValue::new("result", result)]);
+    }
+
+    /// One pass of the stranded-intent check found and re-queued `n` intents.
+    pub fn intents_requeued(&self, n: usize) {
+        self.intents_requeued.add(n as u64, &[]);
+        self.gauges.stranded.store(n as i64, Relaxed);
+        self.gauges.stranded_checked.store(true, Relaxed);
+    }
+
     /// `reason`: `terminal`, `leased` or `not_due`.
     pub fn claim_skipped(&self, reason: &'static str) {
         self.claims_skipped.add(1, &[KeyValue::new("reason", reason)]);
@@ -226,6 +278,9 @@ pub struct Gauges {
     outbox_oldest_age: AtomicU64,
     intents_unknown: AtomicI64,
     deliveries_in_flight: AtomicI64,
+    /// Intents the last stranded-intent check re-queued (exported once it ran).
+    stranded: AtomicI64,
+    stranded_checked: AtomicBool,
     ready: AtomicBool,
     /// Database-derived gauges are exported only once they have been measured.
     database_sampled: AtomicBool,
@@ -310,6 +365,18 @@ fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
         .build();
     let g = gauges.clone();
     meter
+        .i64_observable_gauge("herald_intents_stranded")
+        .with_description(
+            "Intents the last check found due without an outbox row (a lost delivery message or a clock step), re-queued",
+        )
+        .with_callback(move |o| {
+            if g.stranded_checked.load(Relaxed) {
+                o.observe(g.stranded.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
         .i64_observable_gauge("herald_deliveries_in_flight")
         .with_description("Delivery attempts started in this process and not yet recorded")
         .with_callback(move |o| o.observe(g.deliveries_in_flight.load(Relaxed), &[]))
@@ -385,6 +452,9 @@ mod tests {
             m.intent_created("order.created", "email", "3");
             m.attempt_finished("sms", "accepted", Duration::from_millis(40));
             m.claim_skipped("leased");
+            m.attempt_not_sent("email", "lease_deadline");
+            m.attempt_recorded("late_settled");
+            m.intents_requeued(2);
             m.gauges().set_database(7, Duration::from_secs(3), 1);
             m.gauges().set_partitions(
                 "herald-delivery",
@@ -407,6 +477,11 @@ mod tests {
             r#"herald_attempts_total{channel="sms",outcome="accepted"} 1"#,
             r#"herald_attempt_duration_seconds_count{channel="sms",outcome="accepted"} 1"#,
             r#"herald_claims_skipped_total{reason="leased"} 1"#,
+            r#"herald_attempts_total{channel="email",outcome="not_sent"} 1"#,
+            r#"herald_attempts_not_sent_total{channel="email",reason="lease_deadline"} 1"#,
+            r#"herald_attempt_records_total{result="late_settled"} 1"#,
+            r#"herald_intents_requeued_total 2"#,
+            "herald_intents_stranded 2",
             "herald_outbox_backlog 7",
             "herald_outbox_oldest_age_seconds 3",
             "herald_intents_unknown 1",

@@ -10,6 +10,7 @@ use anyhow::{bail, Context};
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use herald_core::consent::is_plausible_email;
+use herald_core::lease::LeaseBudget;
 use herald_core::retry::{RetryPolicy, UnknownPolicy};
 use herald_core::Channel;
 use herald_kafka::admin::TopicSpec;
@@ -137,6 +138,10 @@ pub struct KafkaConfig {
     /// environment or test).
     pub topic_prefix: String,
     pub replication_factor: i32,
+    /// `min.insync.replicas` of the topics Herald creates: with `acks=all`, how many
+    /// replicas must hold a write before the broker acknowledges it. 0 (the default): 2
+    /// when the replication factor is 3 or more, else 1.
+    pub min_insync_replicas: i32,
     pub topics: TopicNames,
     pub partitions: TopicPartitions,
     /// Passed through verbatim to librdkafka (SASL, TLS, tuning).
@@ -150,6 +155,7 @@ impl Default for KafkaConfig {
             client_id: "herald".into(),
             topic_prefix: String::new(),
             replication_factor: 3,
+            min_insync_replicas: 0,
             topics: TopicNames::default(),
             partitions: TopicPartitions::default(),
             properties: BTreeMap::new(),
@@ -233,6 +239,13 @@ pub struct RelayConfig {
     pub poll_interval_ms: u64,
     /// Longest wait between failed rounds.
     pub retry_backoff_max_ms: u64,
+    /// How often intents that are due but have no outbox row (a lost delivery message, a
+    /// database clock step) are looked for and re-queued.
+    pub stranded_check_secs: u64,
+    /// How long past due an intent without an outbox row may be before it counts as
+    /// stranded. Keep it above the deliveries topic's usual lag: an intent whose message
+    /// is only waiting would be queued twice (harmless, but counted).
+    pub stranded_grace_secs: u64,
 }
 
 impl Default for RelayConfig {
@@ -241,6 +254,8 @@ impl Default for RelayConfig {
             batch_size: 500,
             poll_interval_ms: 1000,
             retry_backoff_max_ms: 10_000,
+            stranded_check_secs: 60,
+            stranded_grace_secs: 600,
         }
     }
 }
@@ -265,9 +280,14 @@ pub struct DeliveryConfig {
     /// How long a claim or record batch waits for company. 0 (the default) waits not at
     /// all: under load, batches form from what queued during the transactions in progress.
     pub db_batch_linger_ms: u64,
-    /// A claimed intent's lease. Must outlast a send (aws.attempt_timeout_ms) and its
-    /// record by a wide margin: an expired lease makes the attempt `unknown`.
+    /// A claimed intent's lease. A claimed attempt may wait for its channel's rate, then
+    /// for a send slot (at most one attempt timeout), then send (one attempt timeout),
+    /// with `lease_margin_ms` to spare; each channel claims no more than its rate sends in
+    /// what is left (`herald_core::lease`). An attempt whose turn comes too late is
+    /// recorded `not_sent`, never sent on an expiring lease.
     pub lease_secs: u64,
+    /// Kept free at the end of every lease: the claim's round trip, scheduling, the record.
+    pub lease_margin_ms: u64,
     /// How often expired leases (dead workers) are looked for.
     pub sweep_interval_ms: u64,
     /// On revoke and on SIGTERM: the longest wait for in-flight attempts to be recorded.
@@ -283,6 +303,7 @@ impl Default for DeliveryConfig {
             db_batch_max: 256,
             db_batch_linger_ms: 0,
             lease_secs: 60,
+            lease_margin_ms: 3000,
             sweep_interval_ms: 5000,
             drain_timeout_ms: 15_000,
         }
@@ -501,6 +522,14 @@ impl Config {
             1,
             16,
         )?;
+        if self.kafka.min_insync_replicas != 0 {
+            range(
+                "kafka.min_insync_replicas",
+                self.kafka.min_insync_replicas as u64,
+                1,
+                self.kafka.replication_factor as u64,
+            )?;
+        }
         for (key, name) in [
             ("kafka.topics.order_events", &self.kafka.topics.order_events),
             ("kafka.topics.seller_profiles", &self.kafka.topics.seller_profiles),
@@ -561,6 +590,18 @@ impl Config {
             10,
             600_000,
         )?;
+        range(
+            "relay.stranded_check_secs",
+            self.relay.stranded_check_secs,
+            1,
+            86_400,
+        )?;
+        range(
+            "relay.stranded_grace_secs",
+            self.relay.stranded_grace_secs,
+            1,
+            7 * 86_400,
+        )?;
         if let Some(role) = &self.database.runtime_role {
             let mut chars = role.chars();
             let valid = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
@@ -587,14 +628,8 @@ impl Config {
         range("delivery.drain_timeout_ms", d.drain_timeout_ms, 0, 600_000)?;
         range("aws.connect_timeout_ms", self.aws.connect_timeout_ms, 10, 600_000)?;
         range("aws.attempt_timeout_ms", self.aws.attempt_timeout_ms, 10, 600_000)?;
-        if d.lease_secs * 1000 < 2 * self.aws.attempt_timeout_ms + 5000 {
-            bail!(
-                "delivery.lease_secs = {} is too short for aws.attempt_timeout_ms = {}: a lease must outlast \
-                 two attempt timeouts plus 5 s, or live attempts would be declared unknown",
-                d.lease_secs,
-                self.aws.attempt_timeout_ms
-            );
-        }
+        range("delivery.lease_secs", d.lease_secs, 1, 86_400)?;
+        range("delivery.lease_margin_ms", d.lease_margin_ms, 100, 600_000)?;
         if !is_plausible_email(&self.channels.email.sender) {
             bail!(
                 "channels.email.sender = {:?} is not an e-mail address",
@@ -629,6 +664,22 @@ impl Config {
                 1,
                 100_000,
             )?;
+            // Not even one attempt of this channel could wait for its rate, a send slot
+            // and its send inside the lease: every attempt would end `not_sent`.
+            let budget = self.lease_budget();
+            if budget.claim_window(r.rate_per_second) == 0 {
+                bail!(
+                    "delivery.lease_secs = {} cannot cover a send of {name} at rate_per_second = {}: a lease \
+                     must hold one rate interval ({:.0} ms) + 2 x aws.attempt_timeout_ms ({} ms: one waiting \
+                     for a send slot, one sending) + delivery.lease_margin_ms ({} ms); raise lease_secs or \
+                     lower the timeouts",
+                    d.lease_secs,
+                    r.rate_per_second,
+                    1000.0 / f64::from(r.rate_per_second),
+                    self.aws.attempt_timeout_ms,
+                    d.lease_margin_ms
+                );
+            }
         }
         if self.rendering.default_locale.trim().is_empty() {
             bail!("rendering.default_locale is empty");
@@ -713,11 +764,19 @@ impl Config {
         let t = &self.kafka.topics;
         let p = &self.kafka.partitions;
         let rf = self.kafka.replication_factor;
-        let spec = |name: &str, partitions: i32, config: Vec<(String, String)>| TopicSpec {
-            name: self.topic(name),
-            partitions,
-            replication: rf,
-            config,
+        let min_insync = match self.kafka.min_insync_replicas {
+            0 if rf >= 3 => 2,
+            0 => 1,
+            n => n,
+        };
+        let spec = |name: &str, partitions: i32, mut config: Vec<(String, String)>| {
+            config.push(("min.insync.replicas".into(), min_insync.to_string()));
+            TopicSpec {
+                name: self.topic(name),
+                partitions,
+                replication: rf,
+                config,
+            }
         };
         vec![
             spec(&t.order_events, p.order_events, vec![]),
@@ -729,6 +788,23 @@ impl Config {
             spec(&t.deliveries, p.deliveries, vec![]),
             spec(&t.dead_letter, p.dead_letter, vec![]),
         ]
+    }
+
+    /// What a delivery lease covers (`herald_core::lease`).
+    pub fn lease_budget(&self) -> LeaseBudget {
+        LeaseBudget {
+            lease: Duration::from_secs(self.delivery.lease_secs),
+            attempt_timeout: Duration::from_millis(self.aws.attempt_timeout_ms),
+            margin: Duration::from_millis(self.delivery.lease_margin_ms),
+        }
+    }
+
+    /// The send-rate limit of a channel, per second.
+    pub fn rate_per_second(&self, channel: Channel) -> u32 {
+        match channel {
+            Channel::Email => self.channels.email.retry.rate_per_second,
+            Channel::Sms => self.channels.sms.retry.rate_per_second,
+        }
     }
 
     pub fn retry_policy(&self, channel: Channel) -> RetryPolicy {
@@ -788,6 +864,51 @@ mod tests {
         assert!(format!("{e:#}").contains("fax"), "{e:#}");
         let e = load_str("[database]\nurl = \"postgres://h:notaport/db\"").unwrap_err();
         assert!(format!("{e:#}").contains("database.url"), "{e:#}");
+    }
+
+    #[test]
+    fn a_lease_that_cannot_cover_one_send_at_the_rate_is_refused_naming_the_keys() {
+        // 15 s lease, 5 s attempts, 3 s margin: 2 s of rate wait. 1/s fits two; fine.
+        let ok = "[delivery]\nlease_secs = 15\n[aws]\nattempt_timeout_ms = 5000\n[channels.email]\nrate_per_second = 1";
+        assert_eq!(load_str(ok).unwrap().lease_budget().claim_window(1), 2);
+        // 13 s: nothing is left for the rate.
+        let e = load_str(&ok.replace("lease_secs = 15", "lease_secs = 13")).unwrap_err();
+        let e = format!("{e:#}");
+        for key in [
+            "delivery.lease_secs",
+            "channels.email",
+            "rate_per_second",
+            "aws.attempt_timeout_ms",
+            "delivery.lease_margin_ms",
+        ] {
+            assert!(e.contains(key), "{key} not named in: {e}");
+        }
+    }
+
+    #[test]
+    fn topics_ask_for_two_in_sync_replicas_where_there_are_three() {
+        let min_insync = |toml: &str| -> Vec<String> {
+            load_str(toml)
+                .unwrap()
+                .topic_specs()
+                .iter()
+                .map(|t| {
+                    t.config
+                        .iter()
+                        .find(|(k, _)| k == "min.insync.replicas")
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default()
+                })
+                .collect()
+        };
+        assert_eq!(min_insync(""), vec!["2"; 4], "replication factor 3 by default");
+        assert_eq!(min_insync("[kafka]\nreplication_factor = 1"), vec!["1"; 4]);
+        assert_eq!(
+            min_insync("[kafka]\nreplication_factor = 5\nmin_insync_replicas = 3"),
+            vec!["3"; 4]
+        );
+        let e = load_str("[kafka]\nreplication_factor = 1\nmin_insync_replicas = 2").unwrap_err();
+        assert!(format!("{e:#}").contains("kafka.min_insync_replicas"), "{e:#}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use herald_channels::{
 };
 use herald_core::retry::{NextState, RetryPolicy, UnknownPolicy};
 use herald_core::{AttemptOutcome, Channel};
-use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome};
+use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome, ClaimRequest};
 use herald_store::{Store, StoreConfig};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::Message;
@@ -152,7 +152,12 @@ pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f
     while sent < intents {
         let m = consumer.recv().await?;
         let id: Uuid = std::str::from_utf8(m.key().context("delivery message without key")?)?.parse()?;
-        let claimed = match store.claim("sequential", lease, &[id], &policies).await?.pop() {
+        let request = ClaimRequest::new(id);
+        let claimed = match store
+            .claim("sequential", lease, &[request], &policies)
+            .await?
+            .pop()
+        {
             Some(ClaimOutcome::Claimed(c)) => c,
             other => anyhow::bail!("intent {id} not claimed: {other:?}"),
         };
@@ -194,7 +199,7 @@ pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f
             error_detail: None,
             next: NextState::Accepted,
         };
-        store.record("sequential", &[record]).await?;
+        store.record(&[record]).await?;
         consumer.commit_message(&m, CommitMode::Sync)?;
         sent += 1;
     }

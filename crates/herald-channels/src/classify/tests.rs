@@ -140,22 +140,31 @@ fn ses_limit_exceeded_is_retryable() {
 }
 
 #[test]
-fn ses_5xx_internal_failure_is_retryable_provider_error() {
-    assert_retryable(
+fn ses_5xx_internal_failure_is_unknown_it_may_have_been_processed() {
+    assert_unknown(
         ses_generic("InternalFailure", "internal failure", 500),
         C::ProviderError,
     );
 }
 
 #[test]
-fn sns_internal_error_is_retryable_provider_error() {
+fn sns_internal_error_is_unknown_it_may_have_been_processed() {
     let err = sns::InternalErrorException::builder()
         .meta(meta("InternalError", "oops"))
         .build();
-    assert_retryable(
+    assert_unknown(
         sns_service(PublishError::InternalErrorException(err), 500),
         C::ProviderError,
     );
+}
+
+#[test]
+fn service_unavailable_is_retryable_the_request_was_turned_away() {
+    assert_retryable(
+        ses_generic("ServiceUnavailable", "try later", 503),
+        C::ProviderError,
+    );
+    assert_retryable(ses_generic("SomethingNew", "unavailable", 503), C::ProviderError);
 }
 
 #[test]
@@ -215,8 +224,25 @@ fn expired_token_is_retryable_with_fresh_credentials() {
 }
 
 #[test]
-fn unrecognised_5xx_is_retryable_provider_error() {
-    assert_retryable(ses_generic("SomethingNew", "bad gateway", 502), C::ProviderError);
+fn unrecognised_5xx_is_unknown_provider_error() {
+    assert_unknown(ses_generic("SomethingNew", "boom", 500), C::ProviderError);
+    assert_unknown(ses_generic("SomethingNew", "boom", 599), C::ProviderError);
+}
+
+#[test]
+fn bad_gateway_and_gateway_timeout_are_unknown_whatever_the_code() {
+    for status in [502, 504] {
+        assert_unknown(
+            ses_generic("SomethingNew", "bad gateway", status),
+            C::ProviderError,
+        );
+        assert_unknown(
+            ses_generic("ServiceUnavailable", "from the gateway", status),
+            C::ProviderError,
+        );
+    }
+    // A throttle is a throttle, whoever sends it.
+    assert_retryable(ses_generic("Throttling", "slow down", 502), C::Throttled);
 }
 
 #[test]

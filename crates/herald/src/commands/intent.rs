@@ -197,7 +197,16 @@ async fn show(config: &Config, which: &[String], json: bool) -> anyhow::Result<(
     println!("payload digest    {}", v.payload_digest);
     println!("destination       {}", opt(v.payload.destination.clone()));
     println!("subject           {}", opt(v.payload.subject.clone()));
-    println!("attempts          {}", v.attempt_count);
+    println!(
+        "attempts          {} ({} not sent){}",
+        v.attempt_count,
+        v.unsent_attempts,
+        if v.had_unknown {
+            "; an attempt was recorded unknown"
+        } else {
+            ""
+        }
+    );
     println!(
         "next attempt at   {}",
         opt(v.next_attempt_at.map(|t| t.to_rfc3339()))
@@ -236,6 +245,15 @@ async fn show(config: &Config, which: &[String], json: bool) -> anyhow::Result<(
             opt(a.error_category.clone()),
             if a.after_unknown { " (after unknown)" } else { "" }
         );
+        if let Some(late) = &a.late {
+            println!(
+                "       late outcome {} at {} provider_id={} error={} (stored beside the unknown, which stays)",
+                late.outcome,
+                opt(late.recorded_at.map(|t| t.to_rfc3339())),
+                opt(late.provider_message_id.clone()),
+                opt(late.error_category.clone()),
+            );
+        }
     }
     println!("conflicts:");
     if v.conflicts.is_empty() {

@@ -1,21 +1,36 @@
 //! The delivery role: consumer group `herald-delivery` on `herald.deliveries`.
 //!
-//! Per message: claim (lease + `started` attempt, committed) -> send (one request, SDK
-//! retries off) -> record (outcome + next state + retry outbox row, committed) -> only
-//! then mark the offset done. Claims and records of many attempts are grouped into one
-//! statement each ([`batcher`]). Two bounds: `delivery.max_in_flight` provider requests
-//! at once (the send slots), and twice that many attempts between claim and record (the
-//! pipeline), so that the next attempts are claimed while the slots are busy and a slot
-//! never waits for a database round trip. The consumer stops taking messages when its
-//! own window is full ([`herald_kafka::delivery_consumer`]).
+//! The pipeline, one stage per module, each handing the next a different type:
+//!
+//! ```text
+//! Work ─take─> Taken ─claim─> ClaimedAttempt ─send─> FinishedAttempt ─record─> offset done
+//! ```
+//!
+//! - [`take`]: a message goes to its channel's lane, which waits for room in the channel's
+//!   claim window (what its rate can send within a lease) and in the pipeline;
+//! - [`claim`]: lease + fencing token + `started` attempt, many per statement;
+//! - [`send`]: the channel's rate, a send slot, the lease deadline, then one provider
+//!   request, or nothing and `not_sent`;
+//! - [`record`]: outcome + next state, many per statement, then the offset.
+//!
+//! This module wires them. Bounds: `delivery.max_in_flight` provider requests at once (the
+//! send slots) and twice that many attempts between take and record (the pipeline), so the
+//! next attempts are claimed while the slots are busy and a slot never waits for a
+//! database round trip; per channel, no more attempts claimed and not yet sent than its
+//! rate sends within the lease (`herald_core::lease`). The consumer stops taking messages
+//! when its own window is full ([`herald_kafka::delivery_consumer`]).
 
-mod batcher;
+mod batch;
+mod claim;
+mod record;
 mod send;
 mod stats;
+mod take;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use herald_core::lease::LeaseBudget;
 use herald_core::Channel;
 use herald_kafka::delivery_consumer::{DeliveryConsumer, DeliveryHandle, FlowLimits, Work};
 use herald_store::delivery::ChannelPolicies;
@@ -25,7 +40,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::obs::{self, Obs};
+use crate::obs::Obs;
 use crate::shutdown::Shutdown;
 pub use stats::DeliveryStats;
 
@@ -41,17 +56,10 @@ pub struct DeliveryContext {
     pub obs: Obs,
     /// Provider requests in flight: `delivery.max_in_flight` slots.
     pub send_slots: Semaphore,
-}
-
-/// A message taken on: its work item, its intent, and the pipeline permit it holds until
-/// its offset is marked done.
-pub struct Taken {
-    pub work: Work,
-    pub intent_id: Uuid,
-    pub _permit: tokio::sync::OwnedSemaphorePermit,
-    /// `process herald.deliveries`, child of the relay's `send` span; ends when the
-    /// message is done (dropped with this).
-    pub span: tracing::Span,
+    /// What a lease covers: each claim's send deadline.
+    pub budget: LeaseBudget,
+    pub shutdown: Shutdown,
+    pub group: String,
 }
 
 pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
@@ -59,7 +67,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let group = config.group(&d.group_id);
     let topic = config.topic(&config.kafka.topics.deliveries);
     let limits = FlowLimits {
-        // Received ahead of the in-flight window (intent ids only: small); the semaphore
+        // Received ahead of the in-flight window (intent ids only: small); the pipeline
         // bounds the attempts.
         max_outstanding: (d.max_in_flight * 8).max(1024),
         // 0: no limit of its own. (Not the window: a consumer that owns one partition
@@ -89,6 +97,9 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         stats: Arc::new(DeliveryStats::new(obs.metrics.clone())),
         obs,
         send_slots: Semaphore::new(d.max_in_flight),
+        budget: config.lease_budget(),
+        shutdown: shutdown.clone(),
+        group: group.clone(),
     });
     let partition_gauges = tokio::spawn(crate::gauges::watch_partitions(
         ctx.obs.metrics.clone(),
@@ -96,25 +107,37 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         consumer.handle.lag().clone(),
         Some(consumer.handle.clone()),
     ));
-    info!(group = %group, topic = %topic, worker = %worker, max_in_flight = d.max_in_flight, "delivery consuming");
 
-    // The pipeline: attempts between claim and record (or skip). Twice the send slots, so
-    // that claims run ahead of the sends and records behind them.
+    // The stages, joined by bounded channels. The pipeline's permits are taken by the lanes
+    // and given back when an attempt is recorded (or its message skipped).
     let pipeline = d.max_in_flight * 2;
     let in_flight = Arc::new(Semaphore::new(pipeline));
-    let (claim_tx, claim_rx) = mpsc::channel::<Taken>(pipeline);
-    let (record_tx, record_rx) = mpsc::channel(pipeline);
-    let claims = tokio::spawn(batcher::claim_loop(ctx.clone(), claim_rx, record_tx.clone()));
-    let records = tokio::spawn(batcher::record_loop(ctx.clone(), record_rx));
-    drop(record_tx);
+    let (claim_tx, claim_rx) = mpsc::channel(pipeline);
+    let (claimed_tx, mut claimed_rx) = mpsc::channel::<claim::ClaimedAttempt>(pipeline);
+    let (finished_tx, finished_rx) = mpsc::channel(pipeline);
+    let lanes = take::Lanes::spawn(&ctx, in_flight.clone(), pipeline, claim_tx);
+    info!(group = %group, topic = %topic, worker = %worker, max_in_flight = d.max_in_flight,
+          claim_windows = %lanes.describe(), "delivery consuming");
+    let claims = tokio::spawn(claim::run(ctx.clone(), claim_rx, claimed_tx));
+    let sends = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            while let Some(claimed) = claimed_rx.recv().await {
+                let (ctx, finished) = (ctx.clone(), finished_tx.clone());
+                tokio::spawn(async move {
+                    let done = send::attempt(&ctx, claimed).await;
+                    // The record stage stops only once every sender has gone: this
+                    // cannot fail while the role runs.
+                    let _ = finished.send(done).await;
+                });
+            }
+        })
+    };
+    let records = tokio::spawn(record::run(ctx.clone(), finished_rx));
     let sweeper = tokio::spawn(sweep_loop(ctx.clone()));
     let reporter = tokio::spawn(stats::report_every(ctx.stats.clone(), Duration::from_secs(10)));
 
     loop {
-        let permit = tokio::select! {
-            _ = shutdown.requested() => break,
-            p = in_flight.clone().acquire_owned() => p?,
-        };
         let work = tokio::select! {
             _ = shutdown.requested() => break,
             w = consumer.work.recv() => match w {
@@ -122,50 +145,24 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
                 None => break,
             },
         };
-        let Some(intent_id) = parse_intent_id(&work) else {
-            warn!(
-                partition = work.partition,
-                offset = work.offset,
-                "delivery message without a valid intent id: acknowledged"
-            );
-            ctx.stats.skipped("invalid_message");
-            ctx.handle.complete(&work, false);
-            continue;
-        };
-        if !ctx.handle.try_start(&work) {
-            continue; // its partition was revoked: the next owner takes it
-        }
-        let span = if ctx.obs.tracing {
-            let key = intent_id.to_string();
-            obs::process_span(
-                &topic,
-                &group,
-                work.partition,
-                work.offset,
-                Some(&key),
-                work.traceparent.as_deref(),
-            )
-        } else {
-            tracing::Span::none()
-        };
-        if claim_tx
-            .send(Taken {
-                work,
-                intent_id,
-                _permit: permit,
-                span,
-            })
-            .await
-            .is_err()
-        {
-            break;
+        let Work { slot, message } = work;
+        match message {
+            Ok(message) => lanes.route(slot, message),
+            Err(e) => {
+                warn!(partition = slot.partition, offset = slot.offset, error = %e,
+                      "not a delivery message: acknowledged");
+                ctx.stats.skipped("invalid_message");
+                ctx.handle.acknowledge(slot);
+            }
         }
     }
 
-    // SIGTERM: take no more work; let every attempt in flight be recorded (bounded), then
-    // commit and leave the group.
+    // SIGTERM: take no more work. Attempts waiting for their turn release themselves as
+    // `not_sent`; requests already at the provider finish and are recorded (bounded); then
+    // commit and leave the group. Messages queued in the lanes were never started: their
+    // offsets stay uncommitted and the partition's next owner takes them.
     info!("delivery draining");
-    drop(claim_tx);
+    lanes.close().await;
     let drain = Duration::from_millis(d.drain_timeout_ms);
     let all = u32::try_from(pipeline).unwrap_or(u32::MAX);
     if tokio::time::timeout(drain, in_flight.acquire_many(all))
@@ -179,6 +176,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         );
     }
     let _ = tokio::time::timeout(drain, claims).await;
+    let _ = tokio::time::timeout(drain, sends).await;
     let _ = tokio::time::timeout(drain, records).await;
     sweeper.abort();
     reporter.abort();
@@ -190,11 +188,6 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     Ok(())
 }
 
-fn parse_intent_id(w: &Work) -> Option<Uuid> {
-    let raw = w.key.as_deref().or(w.payload.as_deref())?;
-    std::str::from_utf8(raw).ok()?.trim().parse().ok()
-}
-
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -203,7 +196,7 @@ fn hostname() -> String {
         .unwrap_or_else(|| "herald".into())
 }
 
-/// Finds attempts whose worker died (lease expired) and records them `unknown`.
+/// Finds attempts whose worker died or stalled past its lease and records them `unknown`.
 async fn sweep_loop(ctx: Arc<DeliveryContext>) {
     let every = Duration::from_millis(ctx.config.delivery.sweep_interval_ms);
     loop {
@@ -212,7 +205,7 @@ async fn sweep_loop(ctx: Arc<DeliveryContext>) {
             Ok(0) => {}
             Ok(n) => warn!(
                 intents = n,
-                "expired leases: attempts of dead workers recorded unknown"
+                "expired leases: attempts of dead or stalled workers recorded unknown"
             ),
             Err(e) => warn!(error = %e, "lease sweep failed"),
         }

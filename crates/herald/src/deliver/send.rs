@@ -1,23 +1,28 @@
-//! One attempt's send: the frozen payload to SES v2 or SNS, after the channel's rate
-//! limiter, and the [`AttemptRecord`] that describes what happened.
+//! The send stage: one claimed attempt waits for its channel's rate and a send slot, checks
+//! that its lease still covers a send, then makes one provider request (SES v2 or SNS) and
+//! becomes a [`FinishedAttempt`] that says what happened. An attempt released before its
+//! request (shutdown, partition revoked) or too late for its lease sends nothing and is
+//! finished `not_sent`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use herald_channels::{
     AwsSettings, EmailMessage, ErrorCategory, Outcome, RateLimiter, SesSender, SmsMessage, SnsSender,
     StaticCredentials,
 };
-use herald_core::Channel;
-use herald_store::delivery::{jitter, AttemptRecord, Claimed};
+use herald_core::retry::jitter;
+use herald_core::{AttemptOutcome, Channel, NotSentReason};
+use herald_kafka::delivery_consumer::InFlight;
+use herald_store::delivery::{AttemptRecord, Claimed};
 use herald_store::inspect::mask_destination;
 use herald_telemetry::propagation::trace_id;
-use tokio::sync::mpsc;
+use tokio::sync::SemaphorePermit;
 use tracing::field::Empty;
 use tracing::{info, info_span, warn, Instrument};
 
-use super::batcher::Finished;
-use super::{DeliveryContext, Taken};
+use super::claim::ClaimedAttempt;
+use super::record::FinishedAttempt;
+use super::DeliveryContext;
 use crate::config::Config;
 
 pub struct Senders {
@@ -28,12 +33,13 @@ pub struct Senders {
 }
 
 impl Senders {
-    /// Waits for the channel's rate limiter (not part of the attempt's measured latency).
-    pub async fn rate_limit(&self, channel: Channel) {
-        match channel {
-            Channel::Email => self.email_rate.acquire().await,
-            Channel::Sms => self.sms_rate.acquire().await,
-        }
+    /// Reserves the channel's next send: the moment it may go (`None`: no limit).
+    fn reserve(&self, channel: Channel) -> Option<Instant> {
+        let rate = match channel {
+            Channel::Email => &self.email_rate,
+            Channel::Sms => &self.sms_rate,
+        };
+        rate.reserve(Instant::now())
     }
 
     pub async fn new(config: &Config) -> Self {
@@ -54,39 +60,66 @@ impl Senders {
         Self {
             email: SesSender::new(&settings).await,
             sms: SnsSender::new(&settings).await,
-            email_rate: RateLimiter::per_second(config.channels.email.retry.rate_per_second),
-            sms_rate: RateLimiter::per_second(config.channels.sms.retry.rate_per_second),
+            email_rate: RateLimiter::per_second(config.rate_per_second(Channel::Email)),
+            sms_rate: RateLimiter::per_second(config.rate_per_second(Channel::Sms)),
         }
     }
 }
 
-/// Sends one claimed attempt and hands its record to the record batcher, under an
-/// `attempt` span (child of the message's `process` span) with the provider call as a
-/// CLIENT span inside it.
-pub async fn attempt(ctx: Arc<DeliveryContext>, taken: Taken, c: Claimed, records: mpsc::Sender<Finished>) {
-    let span = info_span!(parent: &taken.span, "attempt",
+/// Sends one claimed attempt, under an `attempt` span (child of the message's `process`
+/// span) with the provider call as a CLIENT span inside it.
+pub async fn attempt(ctx: &DeliveryContext, claimed: ClaimedAttempt) -> FinishedAttempt {
+    let c = &claimed.claim;
+    let span = info_span!(parent: &claimed.taken.span, "attempt",
         herald.intent.id = %c.intent_id, herald.attempt.id = %c.attempt_id, herald.attempt.number = c.attempt_no,
         herald.channel = c.channel.as_str(), herald.template.revision = %c.template_revision,
         herald.after_unknown = c.after_unknown, herald.outcome = Empty);
-    attempt_in_span(ctx, taken, c, records, span.clone())
-        .instrument(span)
-        .await
+    attempt_in_span(ctx, claimed, span.clone()).instrument(span).await
 }
 
 async fn attempt_in_span(
-    ctx: Arc<DeliveryContext>,
-    taken: Taken,
-    c: Claimed,
-    records: mpsc::Sender<Finished>,
+    ctx: &DeliveryContext,
+    claimed: ClaimedAttempt,
     span: tracing::Span,
-) {
-    let channel = c.channel.as_str();
-    // A send slot, then the channel's rate: claimed attempts wait here (their leases run,
-    // but a slot frees within one attempt timeout), never in front of the database.
-    let Ok(slot) = ctx.send_slots.acquire().await else {
-        return; // never closed
+) -> FinishedAttempt {
+    let ClaimedAttempt {
+        mut taken,
+        claim: c,
+        send_by,
+    } = claimed;
+    // The channel's rate (a reserved moment, first come first served), then a send slot.
+    // Claimed attempts wait here, their leases running: the claim window and the slots are
+    // sized so that the wait fits (herald_core::lease). Released early: nothing is sent.
+    let turn = async {
+        if let Some(at) = ctx.senders.reserve(c.channel) {
+            tokio::time::sleep_until(at.into()).await;
+        }
+        ctx.send_slots.acquire().await
     };
-    ctx.senders.rate_limit(c.channel).await;
+    let waited: Result<SemaphorePermit<'_>, NotSentReason> = tokio::select! {
+        reason = released(ctx, &taken.work) => Err(reason),
+        // The slots are never closed.
+        slot = turn => slot.map_err(|_| NotSentReason::Shutdown),
+    };
+    let slot = match waited {
+        Ok(slot) => slot,
+        Err(reason) => {
+            span.record("herald.outcome", AttemptOutcome::NotSent.as_str());
+            return not_sent(ctx, taken, c, reason);
+        }
+    };
+    if let Some(stall) = stall_before_send() {
+        tokio::time::sleep(stall).await;
+    }
+    // The last check before the request: a send that starts now must end (one attempt
+    // timeout) inside the lease, with the margin to spare. Too late: nothing is sent, and
+    // the attempt says so; it is never left to expire into `unknown`.
+    if Instant::now() >= send_by {
+        span.record("herald.outcome", AttemptOutcome::NotSent.as_str());
+        return not_sent(ctx, taken, c, NotSentReason::LeaseDeadline);
+    }
+    taken.permits.release_window();
+    let channel = c.channel.as_str();
     let call = match c.channel {
         Channel::Email => info_span!(
             "SES SendEmail",
@@ -106,7 +139,7 @@ async fn attempt_in_span(
         ),
     };
     let started = Instant::now();
-    let outcome = send(&ctx, &c).instrument(call.clone()).await;
+    let outcome = send(ctx, &c).instrument(call.clone()).await;
     let took = started.elapsed();
     // Failure policy: a crash here, after the send and before the record, leaves the attempt
     // `started`: when its lease expires it is recorded `unknown` (the provider may well have
@@ -121,7 +154,7 @@ async fn attempt_in_span(
     ctx.obs
         .metrics
         .attempt_finished(channel, attempt_outcome.as_str(), took);
-    let next = policy.next(attempt_outcome, c.attempt_no.max(1) as u32, jitter());
+    let next = policy.next(attempt_outcome, c.tries, jitter());
     let (provider_message_id, category, detail) = match &outcome {
         Outcome::Accepted { provider_message_id } => (Some(provider_message_id.clone()), None, None),
         Outcome::Rejected { category, detail }
@@ -145,19 +178,85 @@ async fn attempt_in_span(
             after_unknown = c.after_unknown, took_ms, trace_id, next = %log_next, "attempt finished")
         }
     }
-    let record = AttemptRecord {
-        intent_id: c.intent_id,
-        attempt_id: c.attempt_id,
-        started_at: c.started_at,
-        outcome: attempt_outcome,
-        provider_message_id,
-        error_category: category,
-        error_detail: detail,
-        next,
-    };
-    // The record loop only stops once every sender has gone: this cannot fail while the
-    // role runs.
-    let _ = records.send(Finished { taken, record }).await;
+    FinishedAttempt {
+        taken,
+        channel: c.channel,
+        record: AttemptRecord {
+            intent_id: c.intent_id,
+            attempt_id: c.attempt_id,
+            started_at: c.started_at,
+            outcome: attempt_outcome,
+            provider_message_id,
+            error_category: category,
+            error_detail: detail,
+            next,
+        },
+    }
+}
+
+/// Resolves when the attempt is released before its request: the process is shutting
+/// down, or the message's partition was revoked (the drain is waiting for it).
+async fn released(ctx: &DeliveryContext, work: &InFlight) -> NotSentReason {
+    let mut shutdown = ctx.shutdown.clone();
+    // Subscribed before the check: a revocation after it still wakes the wait below.
+    let mut revocations = ctx.handle.revocations();
+    loop {
+        if shutdown.is_requested() {
+            return NotSentReason::Shutdown;
+        }
+        if !ctx.handle.is_current(work) {
+            return NotSentReason::Revoked;
+        }
+        tokio::select! {
+            _ = shutdown.requested() => return NotSentReason::Shutdown,
+            changed = revocations.changed() => {
+                if changed.is_err() {
+                    // The consumer is gone; shutdown follows.
+                    shutdown.requested().await;
+                }
+            }
+        }
+    }
+}
+
+/// A claimed attempt that sends nothing: finished `not_sent` with its reason; the intent
+/// comes back soon, and the attempt does not count against `max_attempts`.
+fn not_sent(
+    ctx: &DeliveryContext,
+    taken: super::take::Taken,
+    c: Claimed,
+    reason: NotSentReason,
+) -> FinishedAttempt {
+    let channel = c.channel.as_str();
+    ctx.obs.metrics.attempt_not_sent(channel, reason.as_str());
+    let next = ctx.policies[&c.channel].next(AttemptOutcome::NotSent, c.tries, jitter());
+    warn!(intent_id = %c.intent_id, attempt_id = %c.attempt_id, attempt_no = c.attempt_no, channel,
+          outcome = AttemptOutcome::NotSent.as_str(), category = reason.as_str(), next = ?next,
+          "attempt finished without a send");
+    FinishedAttempt {
+        taken,
+        channel: c.channel,
+        record: AttemptRecord {
+            intent_id: c.intent_id,
+            attempt_id: c.attempt_id,
+            started_at: c.started_at,
+            outcome: AttemptOutcome::NotSent,
+            provider_message_id: None,
+            error_category: Some(reason.as_str()),
+            error_detail: Some(reason.detail().to_owned()),
+            next,
+        },
+    }
+}
+
+/// The `deliver-before-send` failpoint (`return(MS)`): a stall of MS milliseconds after the
+/// attempt's turn came and before its lease is checked, as a paused process or a starved
+/// runtime would cause. Without the `failpoints` feature, never.
+fn stall_before_send() -> Option<Duration> {
+    fail::fail_point!("deliver-before-send", |ms| ms
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis));
+    None
 }
 
 async fn send(ctx: &DeliveryContext, c: &Claimed) -> Outcome {

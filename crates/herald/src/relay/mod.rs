@@ -27,6 +27,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let mut backoff = Duration::from_millis(100);
     let mut published_total = 0u64;
     info!(topic = publisher.topic(), batch, "relay publishing");
+    let stranded = tokio::spawn(requeue_stranded(config.clone(), store.clone(), obs.clone()));
     loop {
         if shutdown.is_requested() {
             break;
@@ -67,8 +68,32 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
             _ = tokio::time::sleep(poll) => {}
         }
     }
+    stranded.abort();
     info!(published_total, "relay stopped");
     Ok(())
+}
+
+/// Every `relay.stranded_check_secs`: intents due for longer than
+/// `relay.stranded_grace_secs` with no outbox row get one. Nothing else would ever bring
+/// them to a worker: the delivery message that should have was lost (acknowledged by a
+/// broker that then lost it), or a database clock step made a retry due with no row left.
+async fn requeue_stranded(config: Arc<Config>, store: Store, obs: Obs) {
+    let every = Duration::from_secs(config.relay.stranded_check_secs);
+    let grace = Duration::from_secs(config.relay.stranded_grace_secs);
+    loop {
+        tokio::time::sleep(every).await;
+        match store.requeue_stranded(grace, 1000).await {
+            Ok(ids) => {
+                obs.metrics.intents_requeued(ids.len());
+                if !ids.is_empty() {
+                    let shown: Vec<String> = ids.iter().take(10).map(ToString::to_string).collect();
+                    warn!(intents = ids.len(), first = %shown.join(","), grace_secs = grace.as_secs(),
+                          "intents due without an outbox row (a lost delivery message or a clock step): queued again");
+                }
+            }
+            Err(e) => warn!(error = %e, "stranded-intent check failed"),
+        }
+    }
 }
 
 /// Publishes up to `batch` due rows; returns how many were claimed.
@@ -99,12 +124,13 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &O
             None => r.trace_context.clone(),
         })
         .collect();
-    let messages: Vec<DeliveryMessage<'_>> = ids
+    let messages: Vec<DeliveryMessage> = rows
         .iter()
-        .zip(&contexts)
-        .map(|(id, tc)| DeliveryMessage {
-            intent_id: id,
-            trace_context: tc.as_deref(),
+        .zip(contexts)
+        .map(|(r, traceparent)| DeliveryMessage {
+            intent_id: r.intent_id,
+            channel: Some(r.channel),
+            traceparent,
         })
         .collect();
     let acked = publisher.publish_all(&messages).await;

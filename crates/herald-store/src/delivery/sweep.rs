@@ -1,0 +1,220 @@
+//! What no worker will finish by itself: attempts whose lease expired (a dead, stalled or
+//! cut-off worker), intents left due without an outbox row (a lost delivery message, a
+//! clock step), and an operator's resolution of `unknown` intents.
+
+use std::time::Duration;
+
+use deadpool_postgres::GenericClient;
+use herald_core::retry::{jitter, NextState};
+use herald_core::{AttemptOutcome, IntentState};
+use uuid::Uuid;
+
+use super::{channel, next_state_columns, ChannelPolicies};
+use crate::inspect::IntentRef;
+use crate::{Result, Store, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    Accepted,
+    Retry,
+}
+
+impl Resolution {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resolution::Accepted => "accepted",
+            Resolution::Retry => "retry",
+        }
+    }
+}
+
+impl Store {
+    /// Records `unknown` for up to `limit` attempts whose lease expired, and moves their
+    /// intents on by policy. Returns how many intents it settled.
+    pub async fn expire_leases(&self, policies: &ChannelPolicies, limit: i64) -> Result<usize> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let n = expire_in(&tx, None, policies, limit).await?;
+        tx.commit().await?;
+        Ok(n)
+    }
+
+    /// Queues an outbox row for up to `limit` intents that are due (`pending`, or
+    /// `retry_scheduled` past their time) by more than `grace` and have no outbox row:
+    /// nothing would ever bring them to a worker. Returns the intents re-queued.
+    ///
+    /// Such an intent is evidence of a loss elsewhere (a delivery message the broker
+    /// acknowledged and then lost, a database clock step): re-queueing can at worst
+    /// publish a second message for an intent whose first is only slow, which the claim
+    /// turns into a skip.
+    pub async fn requeue_stranded(&self, grace: Duration, limit: i64) -> Result<Vec<Uuid>> {
+        let conn = self.conn().await?;
+        let statement = conn.prepare_cached(STRANDED).await?;
+        Ok(conn
+            .query(&statement, &[&grace.as_secs_f64(), &limit])
+            .await?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    /// An operator's decision on an intent in state `unknown`: `accepted` (the seller got
+    /// it) or `retry` (send again, flagged as following an unknown outcome). The reason and
+    /// operator are stored in `intent_resolutions`.
+    pub async fn resolve_unknown(
+        &self,
+        intent: IntentRef<'_>,
+        resolution: Resolution,
+        reason: &str,
+        operator: &str,
+    ) -> Result<Uuid> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let id = crate::inspect::intent_id(&*tx, intent, true).await?;
+        let row = tx
+            .query_one("SELECT state FROM notification_intents WHERE id = $1", &[&id])
+            .await?;
+        let state: String = row.get(0);
+        if state != IntentState::Unknown.as_str() {
+            return Err(StoreError::InvalidState(format!(
+                "intent {id} ({intent}) is {state}, not unknown: only unknown intents are resolved"
+            )));
+        }
+        tx.execute(
+            "INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator) VALUES ($1, $2, $3, $4)",
+            &[&id, &resolution.as_str(), &reason, &operator],
+        )
+        .await?;
+        let next = match resolution {
+            Resolution::Accepted => NextState::Accepted,
+            Resolution::Retry => NextState::RetryAfter(Duration::ZERO),
+        };
+        let (ids, states, delays) = next_state_columns(std::iter::once((id, next)));
+        let statement = tx.prepare_cached(NEXT_STATES_IN_STATE).await?;
+        tx.execute(
+            &statement,
+            &[&ids, &states, &delays, &IntentState::Unknown.as_str()],
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+}
+
+/// The statement shared by the sweeper's and the operator's moves: after `$with` (common
+/// table expressions, among them `r` with columns `intent_id, next_state, delay_secs`),
+/// move each intent allowed by `$guard` (notification_intents_pkey), apply `$set`, clear
+/// its lease and token, and queue an outbox row for each retry.
+macro_rules! move_intents {
+    ($with:expr, $set:literal, $guard:literal) => {
+        concat!(
+            $with,
+            ", moved AS (
+                UPDATE notification_intents i
+                   SET state = r.next_state,
+                       next_attempt_at = CASE WHEN r.delay_secs IS NULL THEN NULL
+                                              ELSE now() + make_interval(secs => r.delay_secs) END,
+                       lease_owner = NULL, lease_until = NULL, lease_attempt_id = NULL, updated_at = now()",
+            $set,
+            "
+                  FROM r
+                 WHERE i.id = r.intent_id AND ",
+            $guard,
+            "
+                RETURNING i.id, i.trace_context, r.delay_secs
+             )
+             INSERT INTO outbox (intent_id, available_at, trace_context)
+             SELECT id, now() + make_interval(secs => delay_secs), trace_context FROM moved
+              WHERE delay_secs IS NOT NULL"
+        )
+    };
+}
+
+/// `r` from the parameters `$1..$3`: intent ids, next states, retry delays.
+macro_rules! next_states_from_params {
+    () => {
+        "WITH r AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS r(intent_id, next_state, delay_secs))"
+    };
+}
+
+/// The sweeper's moves: intents still `sending` whose lease expired. Their attempt was
+/// recorded `unknown`, which the intent keeps on record.
+const NEXT_STATES_LEASE_EXPIRED: &str = move_intents!(
+    next_states_from_params!(),
+    ", had_unknown = true",
+    "i.state = 'sending' AND i.lease_until < now()"
+);
+
+/// An operator's moves: intents in state `$4`.
+const NEXT_STATES_IN_STATE: &str = move_intents!(next_states_from_params!(), "", "i.state = $4");
+
+/// Intents whose lease expired: dead or stalled workers' attempts
+/// (notification_intents_sending_lease_idx). Intents a record is writing right now are
+/// locked, and skipped: that record settles them.
+pub(crate) const EXPIRED_LEASES: &str =
+    "SELECT id, channel, attempt_count - unsent_attempts, lease_owner FROM notification_intents
+     WHERE state = 'sending' AND lease_until < now() AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
+     ORDER BY lease_until
+     LIMIT $2
+     FOR UPDATE SKIP LOCKED";
+
+/// The `started` attempts of intents whose lease expired, recorded `unknown`
+/// (notification_attempts_intent_idx).
+const LEASE_EXPIRED_ATTEMPTS: &str = "UPDATE notification_attempts
+    SET outcome = 'unknown', finished_at = now(), error_category = 'lease_expired',
+        error_detail = 'the worker''s lease expired before it recorded an outcome (crash, stall or lost database)'
+  WHERE intent_id = ANY($1::uuid[]) AND outcome = 'started'";
+
+/// Intents due for longer than `$1` seconds with no outbox row, up to `$2`, each given one
+/// (notification_intents_state_idx: the non-terminal states only; the outbox is scanned
+/// once, it holds only what is waiting). Intents another sweeper is re-queueing are
+/// skipped.
+const STRANDED: &str = "WITH stranded AS (
+        SELECT i.id, i.trace_context FROM notification_intents i
+         WHERE i.state IN ('pending', 'retry_scheduled')
+           AND coalesce(i.next_attempt_at, i.updated_at) < now() - make_interval(secs => $1::float8)
+           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.intent_id = i.id)
+         ORDER BY i.id
+         LIMIT $2
+         FOR UPDATE OF i SKIP LOCKED
+     )
+     INSERT INTO outbox (intent_id, trace_context)
+     SELECT id, trace_context FROM stranded
+     RETURNING intent_id";
+
+/// The sweep shared by [`Store::expire_leases`] and [`Store::claim`].
+pub(super) async fn expire_in(
+    client: &impl GenericClient,
+    only: Option<&[Uuid]>,
+    policies: &ChannelPolicies,
+    limit: i64,
+) -> Result<usize> {
+    // notification_intents_sending_lease_idx
+    let expired = client.prepare_cached(EXPIRED_LEASES).await?;
+    let rows = client.query(&expired, &[&only, &limit]).await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let mut next = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let channel = channel(r.get(1))?;
+        let tries: i32 = r.get(2);
+        let policy = policies
+            .get(&channel)
+            .ok_or_else(|| StoreError::Corrupt(format!("no retry policy for channel {channel}")))?;
+        let owner: Option<String> = r.get(3);
+        tracing::warn!(intent_id = %r.get::<_, Uuid>(0), channel = channel.as_str(), tries,
+                       worker = owner.as_deref().unwrap_or("-"), "lease expired: attempt recorded unknown");
+        next.push((
+            r.get(0),
+            policy.next(AttemptOutcome::Unknown, tries.max(0) as u32, jitter()),
+        ));
+    }
+    let ids: Vec<Uuid> = next.iter().map(|(id, _)| *id).collect();
+    let unknown = client.prepare_cached(LEASE_EXPIRED_ATTEMPTS).await?;
+    client.execute(&unknown, &[&ids]).await?;
+    let (ids, states, delays) = next_state_columns(next.iter().copied());
+    let statement = client.prepare_cached(NEXT_STATES_LEASE_EXPIRED).await?;
+    client.execute(&statement, &[&ids, &states, &delays]).await?;
+    Ok(next.len())
+}
