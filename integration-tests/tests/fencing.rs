@@ -248,7 +248,7 @@ async fn a_record_that_lost_its_lease_changes_no_intent_and_retried_claims_and_r
     let c = claim_one(&store, ClaimRequest::new(sms), lease, &p).await?;
     let r = record(&c, AttemptOutcome::Accepted, NextState::Accepted);
     assert_eq!(
-        store.record(&[r.clone()]).await?,
+        store.record(std::slice::from_ref(&r)).await?,
         [Recorded::OnTime { moved: true }]
     );
     assert_eq!(store.record(&[r]).await?, [Recorded::AlreadyRecorded]);

@@ -13,7 +13,8 @@ use crate::{HeraldProcess, Launcher, TestEnv};
 /// hundred requests a second, so 256 requests in flight with a 2 s attempt timeout (the
 /// test configuration) would turn its queueing into `unknown` outcomes that no injected
 /// fault caused. A scenario's own settings come after these and win.
-/// (The lease must outlast two attempt timeouts plus 5 s: herald refuses to start otherwise.)
+/// (15 s lease, 4 s attempts, 3 s margin: a claimed attempt may wait 4 s for its channel's
+/// rate; herald refuses a lease that cannot cover one send at a channel's rate.)
 pub const PROVIDER_BUDGET: [(&str, &str); 3] = [
     ("HERALD_DELIVERY__MAX_IN_FLIGHT", "32"),
     ("HERALD_AWS__ATTEMPT_TIMEOUT_MS", "4000"),
@@ -29,6 +30,8 @@ pub struct Member {
 
 pub struct Fleet {
     launcher: Launcher,
+    /// The scenario's settings for every process it starts, after [`PROVIDER_BUDGET`].
+    common: Vec<(String, String)>,
     pub members: Vec<Member>,
     spawned: usize,
     /// SIGKILLs sent.
@@ -43,6 +46,7 @@ impl Fleet {
     pub fn new(env: &TestEnv) -> Self {
         Self {
             launcher: env.launcher(),
+            common: Vec::new(),
             members: Vec::new(),
             spawned: 0,
             kills: 0,
@@ -51,12 +55,31 @@ impl Fleet {
         }
     }
 
+    /// Settings every process of the scenario gets (policies, rates), after
+    /// [`PROVIDER_BUDGET`] and before a spawn's own.
+    pub fn set_common(&mut self, vars: &[(&str, &str)]) {
+        self.common = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+    }
+
     /// Starts `herald run --roles ROLES` with extra environment (settings, FAILPOINTS),
-    /// after [`PROVIDER_BUDGET`].
+    /// after [`PROVIDER_BUDGET`] and the scenario's common settings.
     pub fn spawn(&mut self, roles: &'static str, vars: &[(&str, &str)]) -> Result<()> {
         self.spawned += 1;
         let label = format!("{}-{}", roles.replace(',', "+"), self.spawned);
-        let all: Vec<(&str, &str)> = PROVIDER_BUDGET.iter().chain(vars).copied().collect();
+        let common: Vec<(&str, &str)> = self
+            .common
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let all: Vec<(&str, &str)> = PROVIDER_BUDGET
+            .iter()
+            .copied()
+            .chain(common)
+            .chain(vars.iter().copied())
+            .collect();
         let process = self.launcher.spawn_roles(roles, &label, &all)?;
         self.members.push(Member {
             roles,
@@ -168,6 +191,19 @@ impl Fleet {
             out.push(m.process.admin_addr(Duration::from_secs(60)).await?);
         }
         Ok(out)
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the `i`-th member.
+    pub fn signal(&self, i: usize, signal: &str) -> Result<()> {
+        let pid = self.members[i]
+            .process
+            .pid()
+            .ok_or_else(|| anyhow::anyhow!("{} is not running", self.members[i].label))?;
+        let status = std::process::Command::new("kill")
+            .args([format!("-{signal}"), pid.to_string()])
+            .status()?;
+        anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
+        Ok(())
     }
 
     pub fn pids(&self) -> Vec<Option<u32>> {

@@ -9,7 +9,12 @@
 //!     and no second send unless an `unknown` attempt explains it;
 //! (d) every attempt has a final outcome;
 //! (e) committed offsets cover everything produced (lag 0);
-//! (f) conflicts recorded = conflicting re-emissions produced.
+//! (f) conflicts recorded = conflicting re-emissions produced;
+//! (g) under a channel's `retry` policy, no intent rests in `unknown` while it has
+//!     attempts left;
+//! (h) the `unknown` attempts never decrease during the run ([`super::watch`]);
+//! (i) where the scenario injects no fault that can lose an answer (a slow, rate-limited
+//!     provider), no attempt is `unknown` at all: provider sends = accepted attempts.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
@@ -21,6 +26,26 @@ use serde_json::Value;
 use super::plan::Plan;
 use crate::kafka::{committed_lag, read_all};
 use crate::{moto, pg_connect, wait_for, TestEnv};
+
+/// What a scenario's configuration promises beyond (a)-(f).
+#[derive(Debug, Clone)]
+pub struct Expect {
+    /// `on_unknown` of each channel: `hold` or `retry`.
+    pub on_unknown: Vec<(&'static str, &'static str)>,
+    /// `max_attempts` of both channels.
+    pub max_attempts: i64,
+    /// No fault that can lose an answer: every attempt's outcome is observed (i).
+    pub quiet_provider: bool,
+}
+
+impl Expect {
+    pub fn policy(&self, channel: &str) -> &'static str {
+        self.on_unknown
+            .iter()
+            .find(|(c, _)| *c == channel)
+            .map_or("hold", |(_, p)| p)
+    }
+}
 
 /// One scenario's figures and what it found wrong; printed as one line each.
 pub struct Report {
@@ -100,6 +125,8 @@ struct Intent {
     after_unknown: i64,
     lease_expired: i64,
     attempts: i64,
+    /// Attempts that could have reached the provider (not `not_sent`).
+    tries: i64,
 }
 
 impl Intent {
@@ -117,8 +144,8 @@ impl Intent {
     }
 }
 
-/// Checks (a)–(f) and adds their figures and violations to `report`.
-pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()> {
+/// Checks (a)–(g) and (i) and adds their figures and violations to `report`.
+pub async fn check(env: &TestEnv, plan: &Plan, expect: &Expect, report: &mut Report) -> Result<()> {
     let db = pg_connect(&env.db_url).await?;
     let intents: Vec<Intent> = db
         .query(
@@ -128,7 +155,8 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
                     count(a.id) FILTER (WHERE a.outcome = 'started' OR a.finished_at IS NULL),
                     count(a.id) FILTER (WHERE a.after_unknown),
                     count(a.id) FILTER (WHERE a.error_category = 'lease_expired'),
-                    count(a.id)
+                    count(a.id),
+                    count(a.id) FILTER (WHERE a.outcome <> 'not_sent')
                FROM notification_intents i LEFT JOIN notification_attempts a ON a.intent_id = i.id
               GROUP BY i.id",
             &[],
@@ -147,6 +175,7 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
             after_unknown: r.get(8),
             lease_expired: r.get(9),
             attempts: r.get(10),
+            tries: r.get(11),
         })
         .collect();
 
@@ -270,6 +299,47 @@ pub async fn check(env: &TestEnv, plan: &Plan, report: &mut Report) -> Result<()
         .map(|r| format!("{}:{}", r.get::<_, String>(0), r.get::<_, i64>(1)))
         .collect();
     report.fig("attempts", outcomes.join(","));
+
+    // (g) Under `retry`, `unknown` is only where the attempts ran out.
+    let held: Vec<String> = intents
+        .iter()
+        .filter(|i| {
+            i.state == "unknown" && expect.policy(&i.channel) == "retry" && i.tries < expect.max_attempts
+        })
+        .map(|i| format!("{}: {} of {} tries", i.name(), i.tries, expect.max_attempts))
+        .collect();
+    flag(
+        report,
+        "(g) intents left unknown under the retry policy with attempts left",
+        &held,
+    );
+
+    // (i) Nothing lost an answer: every send is an accepted attempt.
+    if expect.quiet_provider {
+        let unobserved: Vec<String> = intents
+            .iter()
+            .filter(|i| i.unknown > 0 || i.lease_expired > 0)
+            .map(Intent::name)
+            .collect();
+        flag(
+            report,
+            "(i) unknown attempts although no fault could lose an answer",
+            &unobserved,
+        );
+        if total != accepted {
+            report.violation(format!(
+                "(i) {total} sends at the provider for {accepted} accepted attempts"
+            ));
+        }
+    }
+    let late = db
+        .query_one(
+            "SELECT count(*) FROM notification_attempts WHERE late_outcome IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get::<_, i64>(0);
+    report.fig("late_outcomes", late);
 
     // (d) Every attempt finished.
     let open: Vec<String> = intents.iter().filter(|i| i.open > 0).map(Intent::name).collect();

@@ -13,6 +13,7 @@ pub mod invariants;
 pub mod plan;
 pub mod rng;
 pub mod scenarios;
+pub mod watch;
 
 /// The short version runs in `make test`; the long one in `make chaos`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! The eight scenarios. Each starts its own namespace (database, topics), its own herald
+//! The scenarios. Each starts its own namespace (database, topics), its own herald
 //! processes, produces its plan while injecting its fault, and ends with the invariants.
 
 use std::sync::Arc;
@@ -10,16 +10,17 @@ use tokio::task::JoinHandle;
 
 use super::faults::{rss_mib, stack, Throttler};
 use super::fleet::Fleet;
-use super::invariants::{check, settle, Report};
+use super::invariants::{check, settle, Expect, Report};
 use super::plan::{produce_plan, Plan, PlanSpec, Production};
 use super::rng::Rng;
+use super::watch::UnknownWatch;
 use super::Scale;
 use crate::http::request;
 use crate::moto::{send_email_directly, MOTO};
 use crate::toxiproxy::Proxy;
 use crate::{wait_for, EnvOptions, TestEnv};
 
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 11] = [
     "storm",
     "conflicts",
     "sigkill",
@@ -28,6 +29,9 @@ pub const ALL: [&str; 8] = [
     "provider",
     "churn",
     "slow",
+    "ratelimit",
+    "pause",
+    "db-outage",
 ];
 
 pub async fn run(name: &str, scale: Scale, rng: &mut Rng) -> Result<Report> {
@@ -40,6 +44,9 @@ pub async fn run(name: &str, scale: Scale, rng: &mut Rng) -> Result<Report> {
         "provider" => provider(scale, rng).await,
         "churn" => churn(scale, rng).await,
         "slow" => slow(scale, rng).await,
+        "ratelimit" => ratelimit(scale, rng).await,
+        "pause" => pause(scale, rng).await,
+        "db-outage" => db_outage(scale, rng).await,
         other => anyhow::bail!("no scenario {other:?}; there are {}", ALL.join(", ")),
     }
 }
@@ -51,8 +58,14 @@ struct Run {
     report: Report,
     started: Instant,
     scale: Scale,
+    /// What the scenario's configuration promises beyond (a)-(f).
+    expect: Expect,
+    /// Invariant (h), sampled while the scenario runs.
+    watch: UnknownWatch,
     /// Whether `finish` also proves, once, that the checks catch a duplicate.
     canary: bool,
+    /// Whether `finish` also proves, once, that (g) and (h) catch what they guard.
+    fencing_canary: bool,
 }
 
 /// How a scenario's world is made: its name, its plan, and its configuration.
@@ -61,6 +74,11 @@ struct Setup {
     spec: PlanSpec,
     options: EnvOptions,
     extra_toml: &'static str,
+    /// `on_unknown` of e-mail and SMS; `None`: both as `options.on_unknown`.
+    policies: Option<(&'static str, &'static str)>,
+    /// Settings for every process of the scenario.
+    vars: Vec<(&'static str, &'static str)>,
+    quiet_provider: bool,
 }
 
 impl Setup {
@@ -75,7 +93,28 @@ impl Setup {
             },
             options: EnvOptions::default(),
             extra_toml: "",
+            policies: None,
+            vars: Vec::new(),
+            quiet_provider: false,
         }
+    }
+
+    /// `on_unknown` of e-mail and of SMS, set on every process of the scenario.
+    fn policies(mut self, email: &'static str, sms: &'static str) -> Self {
+        self.policies = Some((email, sms));
+        self
+    }
+
+    /// Settings for every process of the scenario.
+    fn vars(mut self, vars: &[(&'static str, &'static str)]) -> Self {
+        self.vars.extend_from_slice(vars);
+        self
+    }
+
+    /// The scenario injects no fault that can lose an answer: invariant (i).
+    fn quiet_provider(mut self) -> Self {
+        self.quiet_provider = true;
+        self
     }
 
     fn options(mut self, options: EnvOptions) -> Self {
@@ -92,8 +131,27 @@ impl Setup {
     /// A fresh namespace whose sellers are stored (by an ingest process of its own) before
     /// any order is produced, and one herald process for each entry of `roles`.
     async fn start(self, scale: Scale, rng: &mut Rng, roles: &[&'static str]) -> Result<(Run, Fleet)> {
-        let env =
-            TestEnv::with_options(&format!("chaos_{}", self.name), self.extra_toml, self.options).await?;
+        let (email, sms) = self
+            .policies
+            .unwrap_or((self.options.on_unknown, self.options.on_unknown));
+        let expect = Expect {
+            on_unknown: vec![("email", email), ("sms", sms)],
+            // The test configuration's default.
+            max_attempts: 5,
+            quiet_provider: self.quiet_provider,
+        };
+        let mut vars = self.vars.clone();
+        vars.extend([
+            ("HERALD_CHANNELS__EMAIL__ON_UNKNOWN", email),
+            ("HERALD_CHANNELS__SMS__ON_UNKNOWN", sms),
+        ]);
+        let env = TestEnv::with_options(
+            &format!("chaos_{}", self.name.replace('-', "_")),
+            self.extra_toml,
+            self.options,
+        )
+        .await?;
+        let watch = UnknownWatch::start(env.db_url.clone());
         let plan = Arc::new(Plan::new(&self.spec, rng));
         let mut seeder = env.spawn_roles("ingest", "seed-sellers", &[])?;
         plan.seed_sellers(&env).await?;
@@ -102,6 +160,7 @@ impl Setup {
         report.fig("events", plan.events());
         report.fig("duplicates", plan.duplicates());
         let mut fleet = Fleet::new(&env);
+        fleet.set_common(&vars);
         for r in roles {
             fleet.spawn(r, &[])?;
         }
@@ -112,7 +171,10 @@ impl Setup {
             report,
             started: Instant::now(),
             scale,
+            expect,
+            watch,
             canary: false,
+            fencing_canary: false,
         };
         Ok((run, fleet))
     }
@@ -143,10 +205,15 @@ impl Run {
         let to = &self.plan.sellers[Plan::seller_of(n)].email;
         send_email_directly(to, &format!("New order {order} on acme")).await?;
         let mut probe = Report::new("canary");
-        check(&self.env, &self.plan, &mut probe).await?;
-        let named = probe.violations.len() == 2
-            && probe
-                .violations
+        check(&self.env, &self.plan, &self.expect, &mut probe).await?;
+        // (c) twice, naming the intent; (i), where the scenario promises it, counts the send.
+        let per_intent: Vec<&String> = probe
+            .violations
+            .iter()
+            .filter(|v| !v.starts_with("(i) "))
+            .collect();
+        let named = per_intent.len() == 2
+            && per_intent
                 .iter()
                 .all(|v| v.contains(&format!("({order}/email,")))
             && probe
@@ -161,6 +228,64 @@ impl Run {
                 probe.line(),
                 probe.violations
             ));
+        }
+        Ok(())
+    }
+
+    /// Proves (h) and (g) can fail. An accepted attempt is recorded `unknown` and then
+    /// rewritten to `accepted` (what Herald did before its evidence was append-only): the
+    /// watch must see the `unknown` attempts fall, once. An intent of a `retry` channel is
+    /// put in `unknown` with attempts left: (g) must name it. Both are put back.
+    async fn fencing_canary(&mut self) -> Result<()> {
+        let channel = self
+            .expect
+            .on_unknown
+            .iter()
+            .find(|(_, p)| *p == "retry")
+            .map(|(c, _)| *c)
+            .context("the fencing canary needs a channel under the retry policy")?;
+        let db = crate::pg_connect(&self.env.db_url).await?;
+        let row = db
+            .query_one(
+                "SELECT a.id, a.started_at, i.id, i.order_id FROM notification_attempts a
+                   JOIN notification_intents i ON i.id = a.intent_id
+                  WHERE i.channel = $1 AND i.state = 'accepted' AND a.outcome = 'accepted'
+                  LIMIT 1",
+                &[&channel],
+            )
+            .await?;
+        let (attempt, started, intent, order): (
+            uuid::Uuid,
+            chrono::DateTime<chrono::Utc>,
+            uuid::Uuid,
+            String,
+        ) = (row.get(0), row.get(1), row.get(2), row.get(3));
+        let set_outcome = "UPDATE notification_attempts SET outcome = $3 WHERE id = $1 AND started_at = $2";
+        self.watch.take_falls();
+        db.execute(set_outcome, &[&attempt, &started, &"unknown"]).await?;
+        self.watch.two_more_samples().await?;
+        db.execute(set_outcome, &[&attempt, &started, &"accepted"])
+            .await?;
+        self.watch.two_more_samples().await?;
+        let falls = self.watch.take_falls();
+        let set_state = "UPDATE notification_intents SET state = $2 WHERE id = $1";
+        db.execute(set_state, &[&intent, &"unknown"]).await?;
+        let mut probe = Report::new("canary");
+        check(&self.env, &self.plan, &self.expect, &mut probe).await?;
+        db.execute(set_state, &[&intent, &"accepted"]).await?;
+        let g_caught = probe
+            .violations
+            .iter()
+            .any(|v| v.starts_with("(g)") && v.contains(&format!("({order}/{channel},")));
+        for (name, caught, detail) in [
+            ("canary_h", falls.len() == 1, format!("{falls:?}")),
+            ("canary_g", g_caught, format!("{:?}", probe.violations)),
+        ] {
+            self.report.fig(name, if caught { "caught" } else { "missed" });
+            if !caught {
+                self.report
+                    .violation(format!("{name}: the check missed its canary: {detail}"));
+            }
         }
         Ok(())
     }
@@ -184,9 +309,18 @@ impl Run {
         // With every process gone there is nothing to wait for: check what is there.
         fleet.note_exits();
         let settled = !fleet.members.is_empty() && settle(&self.env, &self.plan, timeout).await?;
-        check(&self.env, &self.plan, &mut self.report).await?;
+        check(&self.env, &self.plan, &self.expect, &mut self.report).await?;
         if self.canary && self.report.violations.is_empty() {
             self.canary().await?;
+        }
+        if self.fencing_canary && self.report.violations.is_empty() {
+            self.fencing_canary().await?;
+        }
+        // (h) The unknown attempts never fell while the scenario ran.
+        let (samples, falls) = self.watch.stop();
+        self.report.fig("unknown_samples", samples);
+        for f in falls {
+            self.report.violation(format!("(h) {f}"));
         }
         fleet.note_exits();
         for f in &fleet.failures {
@@ -541,4 +675,127 @@ async fn in_flight(addr: &str) -> Result<i64> {
         .and_then(|v| v.parse::<f64>().ok())
         .map(|v| v as i64)
         .context("no herald_deliveries_in_flight in /metrics")
+}
+
+/// An SES sandbox account as it is: e-mail limited to 2 sends a second, 64 requests in
+/// flight, `retry` after an unknown outcome, and a backlog of e-mails that takes many
+/// leases to drain. Each channel claims only what its rate sends within a lease, so no
+/// lease runs out before its send, and with no fault that could lose an answer, every
+/// send at the provider is one accepted attempt (i).
+async fn ratelimit(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let (mut run, fleet) = Setup::new("ratelimit", scale.pick(60, 150), 4, 0.0)
+        .policies("retry", "hold")
+        .vars(&[
+            ("HERALD_CHANNELS__EMAIL__RATE_PER_SECOND", "2"),
+            ("HERALD_DELIVERY__MAX_IN_FLIGHT", "64"),
+        ])
+        .quiet_provider()
+        .start(scale, rng, &["ingest,relay,deliver"])
+        .await?;
+    run.canary = true;
+    run.fencing_canary = true;
+    let production = run.produce(Duration::from_secs(scale.pick(5, 10)));
+    run.finish(fleet, production).await
+}
+
+/// The time a paused process must stay paused to outlive its lease: the lease, two sweeps
+/// and a margin (the test configuration sweeps every 500 ms).
+const PAST_THE_LEASE: Duration = Duration::from_secs(15 + 5);
+
+/// A delivery process frozen (SIGSTOP) while it has attempts in flight, for longer than
+/// its lease, then thawed (SIGCONT): the process pause of Jepsen's tests, or a VM frozen
+/// by its host. The other process's sweeper records the frozen attempts `unknown` and
+/// their intents move on; the thawed process must send nothing on its expired leases and
+/// may only add its late outcomes beside the `unknown`s.
+async fn pause(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let proxy = Proxy::create(&format!("chaos-pause-{:08x}", rng.next_u64() as u32), MOTO).await?;
+    proxy
+        .add_toxic("slow", "latency", "downstream", json!({"latency": 500}))
+        .await?;
+    let options = EnvOptions {
+        aws_endpoint: Some(proxy.url()),
+        on_unknown: "hold",
+    };
+    let (mut run, fleet) = Setup::new("pause", scale.pick(300, 1500), 2, 0.05)
+        .options(options)
+        .config(FAST_FAILOVER)
+        .policies("retry", "hold")
+        .vars(&[("HERALD_CHANNELS__EMAIL__RATE_PER_SECOND", "8")])
+        .start(scale, rng, &["ingest,relay", "deliver", "deliver"])
+        .await?;
+    let addrs = fleet.admin_addrs().await?;
+    let over = Duration::from_secs(scale.pick(30, 90));
+    let production = run.produce(over);
+    let pauses = scale.pick(1, 2);
+    let mut in_flight_at_pause = Vec::new();
+    for n in 0..pauses {
+        tokio::time::sleep(over / (pauses as u32 + 2)).await;
+        // One delivery process, then the other; frozen while it has requests out.
+        let member = 1 + n % 2;
+        let busy = wait_for(
+            "attempts in flight to freeze",
+            Duration::from_secs(20),
+            || async {
+                let n = in_flight(&addrs[member]).await.unwrap_or(0);
+                Ok((n > 0).then_some(n))
+            },
+        )
+        .await?;
+        fleet.signal(member, "STOP")?;
+        tokio::time::sleep(PAST_THE_LEASE + Duration::from_secs(scale.pick(0, 10))).await;
+        fleet.signal(member, "CONT")?;
+        in_flight_at_pause.push(busy);
+    }
+    run.report.fig("pauses", pauses);
+    run.report
+        .fig("in_flight_at_pause", format!("{in_flight_at_pause:?}"));
+    let report = run.finish(fleet, production).await;
+    proxy.delete().await?;
+    report
+}
+
+/// PostgreSQL stopped for longer than a lease while requests are at the provider: the
+/// sends finish, their records wait; when PostgreSQL is back, sweepers and late records
+/// race. Evidence must stay append-only and every send explained.
+async fn db_outage(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    let proxy = Proxy::create(&format!("chaos-dbout-{:08x}", rng.next_u64() as u32), MOTO).await?;
+    proxy
+        .add_toxic("slow", "latency", "downstream", json!({"latency": 300}))
+        .await?;
+    let options = EnvOptions {
+        aws_endpoint: Some(proxy.url()),
+        on_unknown: "hold",
+    };
+    let (mut run, fleet) = Setup::new("db-outage", scale.pick(300, 1500), 2, 0.05)
+        .options(options)
+        .policies("retry", "hold")
+        .start(scale, rng, &["ingest,relay", "deliver", "deliver"])
+        .await?;
+    let addrs = fleet.admin_addrs().await?;
+    let over = Duration::from_secs(scale.pick(30, 90));
+    let production = run.produce(over);
+    let outages = scale.pick(1, 2);
+    let mut down = Duration::ZERO;
+    for _ in 0..outages {
+        tokio::time::sleep(over / (outages as u32 + 2)).await;
+        wait_for("requests at the provider", Duration::from_secs(20), || async {
+            for addr in &addrs[1..] {
+                if in_flight(addr).await.unwrap_or(0) > 0 {
+                    return Ok(Some(()));
+                }
+            }
+            Ok(None)
+        })
+        .await?;
+        let t = Instant::now();
+        stack("postgres", "stop").await?;
+        tokio::time::sleep(PAST_THE_LEASE + Duration::from_secs(scale.pick(0, 10))).await;
+        stack("postgres", "start").await?;
+        down += t.elapsed();
+    }
+    run.report.fig("db_outages", outages);
+    run.report.fig("db_down_s", down.as_secs());
+    let report = run.finish(fleet, production).await;
+    proxy.delete().await?;
+    report
 }
