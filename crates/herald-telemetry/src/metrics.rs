@@ -189,6 +189,23 @@ impl Metrics {
         self.attempt_duration.record(took.as_secs_f64(), &labels);
     }
 
+    /// Exports the delivery counters whose labels are known in advance at 0 (each channel,
+    /// each `not_sent` reason), so that rates and alerts see a series before its first
+    /// increment.
+    pub fn init_delivery(&self, channels: &[&str], not_sent_reasons: &[&'static str]) {
+        for channel in channels {
+            for reason in not_sent_reasons {
+                self.attempts_not_sent.add(
+                    0,
+                    &[
+                        KeyValue::new("channel", (*channel).to_owned()),
+                        KeyValue::new("reason", *reason),
+                    ],
+                );
+            }
+        }
+    }
+
     /// A claimed attempt that sent nothing: counted with the attempts (outcome
     /// `not_sent`), not in the provider-call histogram. `reason`: a `NotSentReason`.
     pub fn attempt_not_sent(&self, channel: &str, reason: &'static str) {
@@ -455,6 +472,7 @@ mod tests {
             m.attempt_not_sent("email", "lease_deadline");
             m.attempt_recorded("late_settled");
             m.intents_requeued(2);
+            m.init_delivery(&["sms"], &["shutdown"]);
             m.gauges().set_database(7, Duration::from_secs(3), 1);
             m.gauges().set_partitions(
                 "herald-delivery",
@@ -482,6 +500,7 @@ mod tests {
             r#"herald_attempt_records_total{result="late_settled"} 1"#,
             r#"herald_intents_requeued_total 2"#,
             "herald_intents_stranded 2",
+            r#"herald_attempts_not_sent_total{channel="sms",reason="shutdown"} 0"#,
             "herald_outbox_backlog 7",
             "herald_outbox_oldest_age_seconds 3",
             "herald_intents_unknown 1",

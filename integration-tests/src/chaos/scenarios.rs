@@ -213,9 +213,7 @@ impl Run {
             .filter(|v| !v.starts_with("(i) "))
             .collect();
         let named = per_intent.len() == 2
-            && per_intent
-                .iter()
-                .all(|v| v.contains(&format!("({order}/email,")))
+            && per_intent.iter().all(|v| v.contains(&format!("({order}/email,")))
             && probe
                 .line()
                 .contains("unexplained_duplicate_sends=1 unbacked_sends=1 ");

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use herald_core::lease::LeaseBudget;
-use herald_core::Channel;
+use herald_core::{Channel, NotSentReason};
 use herald_kafka::delivery_consumer::{DeliveryConsumer, DeliveryHandle, FlowLimits, Work};
 use herald_store::delivery::ChannelPolicies;
 use herald_store::Store;
@@ -101,6 +101,9 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         shutdown: shutdown.clone(),
         group: group.clone(),
     });
+    let channels: Vec<&str> = Channel::ALL.iter().map(|c| c.as_str()).collect();
+    let reasons: Vec<&'static str> = NotSentReason::ALL.iter().map(|r| r.as_str()).collect();
+    ctx.obs.metrics.init_delivery(&channels, &reasons);
     let partition_gauges = tokio::spawn(crate::gauges::watch_partitions(
         ctx.obs.metrics.clone(),
         group.clone(),

@@ -80,8 +80,8 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
 async fn requeue_stranded(config: Arc<Config>, store: Store, obs: Obs) {
     let every = Duration::from_secs(config.relay.stranded_check_secs);
     let grace = Duration::from_secs(config.relay.stranded_grace_secs);
+    // At start (a restart after an incident finds them at once), then every `every`.
     loop {
-        tokio::time::sleep(every).await;
         match store.requeue_stranded(grace, 1000).await {
             Ok(ids) => {
                 obs.metrics.intents_requeued(ids.len());
@@ -93,6 +93,7 @@ async fn requeue_stranded(config: Arc<Config>, store: Store, obs: Obs) {
             }
             Err(e) => warn!(error = %e, "stranded-intent check failed"),
         }
+        tokio::time::sleep(every).await;
     }
 }
 
