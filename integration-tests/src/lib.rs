@@ -294,6 +294,18 @@ channels = ["email", "sms"]
         }
     }
 
+    /// Herald's own store on this test's database, with `pool_size` connections: for tests
+    /// that drive Herald's statements directly.
+    pub fn store(&self, pool_size: usize) -> Result<herald_store::Store> {
+        Ok(herald_store::Store::new(&herald_store::StoreConfig {
+            url: self.db_url.clone(),
+            pool_size,
+            connect_timeout: Duration::from_secs(5),
+            tls_ca_file: None,
+            password_file: None,
+        })?)
+    }
+
     pub async fn count(&self, sql: &str) -> Result<i64> {
         Ok(self.db.query_one(sql, &[]).await?.get(0))
     }

@@ -269,8 +269,7 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
     use futures::StreamExt;
     use herald_core::retry::NextState;
     use herald_core::AttemptOutcome;
-    use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome, ClaimRequest};
-    use herald_store::{Store, StoreConfig};
+    use herald_store::delivery::{ChannelPolicies, ClaimOutcome, ClaimRequest};
     use tokio_postgres::AsyncMessage;
 
     let env = TestEnv::new("notify", "").await?;
@@ -300,13 +299,7 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
     });
     listener.batch_execute("LISTEN herald_outbox").await?;
 
-    let store = Store::new(&StoreConfig {
-        url: env.db_url.clone(),
-        pool_size: 2,
-        connect_timeout: Duration::from_secs(5),
-        tls_ca_file: None,
-        password_file: None,
-    })?;
+    let store = env.store(2)?;
     let ids: Vec<uuid::Uuid> = env
         .db
         .query("SELECT id FROM notification_intents ORDER BY channel", &[])
@@ -331,16 +324,7 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
         .claim("notify-test", Duration::from_secs(60), &requests, &policies)
         .await?;
     let record = |outcome: &ClaimOutcome, attempt: AttemptOutcome, next: NextState| match outcome {
-        ClaimOutcome::Claimed(c) => Ok(AttemptRecord {
-            intent_id: c.intent_id,
-            attempt_id: c.attempt_id,
-            started_at: c.started_at,
-            outcome: attempt,
-            provider_message_id: None,
-            error_category: None,
-            error_detail: None,
-            next,
-        }),
+        ClaimOutcome::Claimed(c) => Ok(c.record(attempt, None, None, None, next)),
         ClaimOutcome::Skipped(s) => Err(anyhow::anyhow!("not claimed: {}", s.as_str())),
     };
 

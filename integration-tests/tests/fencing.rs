@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use herald_core::retry::{NextState, RetryPolicy, UnknownPolicy};
 use herald_core::{AttemptOutcome, Channel};
 use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome, ClaimRequest, Claimed, Recorded};
-use herald_store::{Store, StoreConfig};
+use herald_store::Store;
 use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::UniqueSeller;
 use integration_tests::{seed_orders, wait_for, TestEnv};
@@ -34,13 +34,7 @@ async fn intents(name: &str, orders: &[&str]) -> Result<(TestEnv, Store)> {
     .await?;
     ingest.terminate(WAIT).await?;
     env.db.batch_execute("DELETE FROM outbox").await?;
-    let store = Store::new(&StoreConfig {
-        url: env.db_url.clone(),
-        pool_size: 2,
-        connect_timeout: Duration::from_secs(5),
-        tls_ca_file: None,
-        password_file: None,
-    })?;
+    let store = env.store(2)?;
     Ok((env, store))
 }
 
@@ -78,16 +72,8 @@ async fn claim_one(
 }
 
 fn record(c: &Claimed, outcome: AttemptOutcome, next: NextState) -> AttemptRecord {
-    AttemptRecord {
-        intent_id: c.intent_id,
-        attempt_id: c.attempt_id,
-        started_at: c.started_at,
-        outcome,
-        provider_message_id: (outcome == AttemptOutcome::Accepted).then(|| format!("msg-{}", c.attempt_no)),
-        error_category: None,
-        error_detail: None,
-        next,
-    }
+    let provider_id = (outcome == AttemptOutcome::Accepted).then(|| format!("msg-{}", c.attempt_no));
+    c.record(outcome, provider_id, None, None, next)
 }
 
 /// The intent's (state, attempt_count, unsent_attempts, had_unknown, lease token).

@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::Result;
 use futures::future::join_all;
 use herald_store::plans::HOT_STATEMENTS;
-use herald_store::{Store, StoreConfig};
 use integration_tests::kafka::producer;
 use integration_tests::samples::{opted_in_seller, order_event};
 use integration_tests::TestEnv;
@@ -83,13 +82,7 @@ async fn hot_statements_use_their_indexes() -> Result<()> {
         )
         .await?;
 
-    let store = Store::new(&StoreConfig {
-        url: env.db_url.clone(),
-        pool_size: 1,
-        connect_timeout: Duration::from_secs(5),
-        tls_ca_file: None,
-        password_file: None,
-    })?;
+    let store = env.store(1)?;
     let mut failures = Vec::new();
     for s in HOT_STATEMENTS {
         let plan = store.explain(s).await?;

@@ -16,8 +16,7 @@ use herald_channels::{
 };
 use herald_core::retry::{NextState, RetryPolicy, UnknownPolicy};
 use herald_core::{AttemptOutcome, Channel};
-use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome, ClaimRequest};
-use herald_store::{Store, StoreConfig};
+use herald_store::delivery::{ChannelPolicies, ClaimOutcome, ClaimRequest};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::Message;
 use uuid::Uuid;
@@ -120,13 +119,7 @@ pub async fn herald(
 /// record the outcome (Herald's statement), commit the offset synchronously, receive the
 /// next. Sends/s over every prepared intent.
 pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f64> {
-    let store = Store::new(&StoreConfig {
-        url: env.db_url.clone(),
-        pool_size: 2,
-        connect_timeout: Duration::from_secs(5),
-        tls_ca_file: None,
-        password_file: None,
-    })?;
+    let store = env.store(2)?;
     let settings = AwsSettings {
         region: Some("us-east-1".into()),
         endpoint_url: Some(endpoint.to_owned()),
@@ -189,16 +182,13 @@ pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f
         let Outcome::Accepted { provider_message_id } = outcome else {
             anyhow::bail!("intent {id}: the stand-in did not accept: {outcome:?}");
         };
-        let record = AttemptRecord {
-            intent_id: id,
-            attempt_id: claimed.attempt_id,
-            started_at: claimed.started_at,
-            outcome: AttemptOutcome::Accepted,
-            provider_message_id: Some(provider_message_id),
-            error_category: None,
-            error_detail: None,
-            next: NextState::Accepted,
-        };
+        let record = claimed.record(
+            AttemptOutcome::Accepted,
+            Some(provider_message_id),
+            None,
+            None,
+            NextState::Accepted,
+        );
         store.record(&[record]).await?;
         consumer.commit_message(&m, CommitMode::Sync)?;
         sent += 1;

@@ -15,7 +15,7 @@ use futures::future::join_all;
 use herald_core::render::{RenderOptions, Renderer};
 use herald_core::{Channel, OrderEvent, SellerRecord};
 use herald_store::ingest::SourceRef;
-use herald_store::{IngestTx, NewIntent, Store, StoreConfig};
+use herald_store::{IngestTx, NewIntent, Store};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Message};
@@ -130,13 +130,7 @@ pub async fn fill(env: &TestEnv, w: &Workload) -> Result<()> {
 }
 
 fn store(env: &TestEnv) -> Result<Store> {
-    Ok(Store::new(&StoreConfig {
-        url: env.db_url.clone(),
-        pool_size: 4,
-        connect_timeout: Duration::from_secs(5),
-        tls_ca_file: None,
-        password_file: None,
-    })?)
+    env.store(4)
 }
 
 /// Converges `values` (order events) in one transaction with Herald's statements; `first`

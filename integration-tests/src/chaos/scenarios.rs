@@ -345,6 +345,27 @@ impl Run {
     }
 }
 
+/// A toxiproxy proxy in front of moto named after the scenario, with a `latency` (ms)
+/// toxic on the answers when given, and the options that point herald at it.
+async fn provider_behind_proxy(
+    scenario: &str,
+    rng: &mut Rng,
+    latency: Option<u64>,
+    on_unknown: &'static str,
+) -> Result<(Proxy, EnvOptions)> {
+    let proxy = Proxy::create(&format!("chaos-{scenario}-{:08x}", rng.next_u64() as u32), MOTO).await?;
+    if let Some(ms) = latency {
+        proxy
+            .add_toxic("slow", "latency", "downstream", json!({"latency": ms}))
+            .await?;
+    }
+    let options = EnvOptions {
+        aws_endpoint: Some(proxy.url()),
+        on_unknown,
+    };
+    Ok((proxy, options))
+}
+
 /// Every order event produced 1–5 times, a share of the copies by a second producer, two
 /// ingest instances: each business key must converge into one intent, sent once.
 async fn storm(scale: Scale, rng: &mut Rng) -> Result<Report> {
@@ -612,11 +633,7 @@ const RSS_LIMIT_MIB: f64 = 256.0;
 /// the delivery window: the window stays full, and the process's memory must not grow
 /// with the backlog (RSS sampled every 200 ms).
 async fn slow(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let proxy = Proxy::create(&format!("chaos-slow-{:08x}", rng.next_u64() as u32), MOTO).await?;
-    let options = EnvOptions {
-        aws_endpoint: Some(proxy.url()),
-        on_unknown: "hold",
-    };
+    let (proxy, options) = provider_behind_proxy("slow", rng, None, "hold").await?;
     let (mut run, mut fleet) = Setup::new("slow", scale.pick(1500, 5000), 1, 0.0)
         .options(options)
         .start(scale, rng, &["ingest,relay"])
@@ -706,14 +723,7 @@ const PAST_THE_LEASE: Duration = Duration::from_secs(15 + 5);
 /// their intents move on; the thawed process must send nothing on its expired leases and
 /// may only add its late outcomes beside the `unknown`s.
 async fn pause(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let proxy = Proxy::create(&format!("chaos-pause-{:08x}", rng.next_u64() as u32), MOTO).await?;
-    proxy
-        .add_toxic("slow", "latency", "downstream", json!({"latency": 500}))
-        .await?;
-    let options = EnvOptions {
-        aws_endpoint: Some(proxy.url()),
-        on_unknown: "hold",
-    };
+    let (proxy, options) = provider_behind_proxy("pause", rng, Some(500), "hold").await?;
     let (mut run, fleet) = Setup::new("pause", scale.pick(300, 1500), 2, 0.05)
         .options(options)
         .config(FAST_FAILOVER)
@@ -756,14 +766,7 @@ async fn pause(scale: Scale, rng: &mut Rng) -> Result<Report> {
 /// sends finish, their records wait; when PostgreSQL is back, sweepers and late records
 /// race. Evidence must stay append-only and every send explained.
 async fn db_outage(scale: Scale, rng: &mut Rng) -> Result<Report> {
-    let proxy = Proxy::create(&format!("chaos-dbout-{:08x}", rng.next_u64() as u32), MOTO).await?;
-    proxy
-        .add_toxic("slow", "latency", "downstream", json!({"latency": 300}))
-        .await?;
-    let options = EnvOptions {
-        aws_endpoint: Some(proxy.url()),
-        on_unknown: "hold",
-    };
+    let (proxy, options) = provider_behind_proxy("dbout", rng, Some(300), "hold").await?;
     let (mut run, fleet) = Setup::new("db-outage", scale.pick(300, 1500), 2, 0.05)
         .options(options)
         .policies("retry", "hold")

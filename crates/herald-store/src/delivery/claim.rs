@@ -5,11 +5,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use herald_core::{Channel, IntentState};
+use herald_core::retry::NextState;
+use herald_core::{AttemptOutcome, Channel, IntentState};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use super::{channel, sweep, ChannelPolicies};
+use super::{channel, sweep, AttemptRecord, ChannelPolicies};
 use crate::{Result, Store};
 
 /// One intent to claim, under the id its attempt will have. The caller makes the id once
@@ -56,6 +57,30 @@ pub struct Claimed {
     /// An earlier try of the same request had made this claim (its reply was lost): the
     /// lease was granted then, not now.
     pub reclaimed: bool,
+}
+
+impl Claimed {
+    /// The record of this attempt's outcome, for [`Store::record`]: its fencing token and
+    /// partition key come from the claim.
+    pub fn record(
+        &self,
+        outcome: AttemptOutcome,
+        provider_message_id: Option<String>,
+        error_category: Option<&'static str>,
+        error_detail: Option<String>,
+        next: NextState,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            intent_id: self.intent_id,
+            attempt_id: self.attempt_id,
+            started_at: self.started_at,
+            outcome,
+            provider_message_id,
+            error_category,
+            error_detail,
+            next,
+        }
+    }
 }
 
 /// Why a delivery message was acknowledged without sending.

@@ -13,7 +13,7 @@ use herald_channels::{
 use herald_core::retry::jitter;
 use herald_core::{AttemptOutcome, Channel, NotSentReason};
 use herald_kafka::delivery_consumer::InFlight;
-use herald_store::delivery::{AttemptRecord, Claimed};
+use herald_store::delivery::Claimed;
 use herald_store::inspect::mask_destination;
 use herald_telemetry::propagation::trace_id;
 use tokio::sync::SemaphorePermit;
@@ -181,16 +181,7 @@ async fn attempt_in_span(
     FinishedAttempt {
         taken,
         channel: c.channel,
-        record: AttemptRecord {
-            intent_id: c.intent_id,
-            attempt_id: c.attempt_id,
-            started_at: c.started_at,
-            outcome: attempt_outcome,
-            provider_message_id,
-            error_category: category,
-            error_detail: detail,
-            next,
-        },
+        record: c.record(attempt_outcome, provider_message_id, category, detail, next),
     }
 }
 
@@ -236,16 +227,13 @@ fn not_sent(
     FinishedAttempt {
         taken,
         channel: c.channel,
-        record: AttemptRecord {
-            intent_id: c.intent_id,
-            attempt_id: c.attempt_id,
-            started_at: c.started_at,
-            outcome: AttemptOutcome::NotSent,
-            provider_message_id: None,
-            error_category: Some(reason.as_str()),
-            error_detail: Some(reason.detail().to_owned()),
+        record: c.record(
+            AttemptOutcome::NotSent,
+            None,
+            Some(reason.as_str()),
+            Some(reason.detail().to_owned()),
             next,
-        },
+        ),
     }
 }
 
