@@ -269,7 +269,7 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
     use futures::StreamExt;
     use herald_core::retry::NextState;
     use herald_core::AttemptOutcome;
-    use herald_store::delivery::{ChannelPolicies, ClaimOutcome, ClaimRequest};
+    use herald_store::delivery::{ChannelPolicies, ClaimOutcome, ClaimRequest, ClaimTry};
     use tokio_postgres::AsyncMessage;
 
     let env = TestEnv::new("notify", "").await?;
@@ -321,7 +321,13 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
         .collect();
     let requests: Vec<ClaimRequest> = ids.iter().map(|id| ClaimRequest::new(*id)).collect();
     let claimed = store
-        .claim("notify-test", Duration::from_secs(60), &requests, &policies)
+        .claim(
+            "notify-test",
+            Duration::from_secs(60),
+            &requests,
+            &policies,
+            ClaimTry::First,
+        )
         .await?;
     let record = |outcome: &ClaimOutcome, attempt: AttemptOutcome, next: NextState| match outcome {
         ClaimOutcome::Claimed(c) => Ok(c.record(attempt, None, None, None, next)),

@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use herald_core::retry::{NextState, RetryPolicy, UnknownPolicy};
 use herald_core::{AttemptOutcome, Channel};
-use herald_store::delivery::{AttemptRecord, ChannelPolicies, ClaimOutcome, ClaimRequest, Claimed, Recorded};
+use herald_store::delivery::{
+    AttemptRecord, ChannelPolicies, ClaimOutcome, ClaimRequest, ClaimTry, Claimed, Recorded,
+};
 use herald_store::Store;
 use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::UniqueSeller;
@@ -65,7 +67,21 @@ async fn claim_one(
     lease: Duration,
     p: &ChannelPolicies,
 ) -> Result<Claimed> {
-    match store.claim("fencing-test", lease, &[request], p).await?.pop() {
+    claim_try(store, request, lease, p, ClaimTry::First).await
+}
+
+async fn claim_try(
+    store: &Store,
+    request: ClaimRequest,
+    lease: Duration,
+    p: &ChannelPolicies,
+    attempt: ClaimTry,
+) -> Result<Claimed> {
+    match store
+        .claim("fencing-test", lease, &[request], p, attempt)
+        .await?
+        .pop()
+    {
         Some(ClaimOutcome::Claimed(c)) => Ok(*c),
         other => bail!("intent {} not claimed: {other:?}", request.intent_id),
     }
@@ -203,13 +219,19 @@ async fn a_record_that_lost_its_lease_changes_no_intent_and_retried_claims_and_r
     let id = intent_id(&env, "9201", "email").await?;
     let request = ClaimRequest::new(id);
     let first = claim_one(&store, request, lease, &p).await?;
-    let again = claim_one(&store, request, lease, &p).await?;
+    let again = claim_try(&store, request, lease, &p, ClaimTry::Again).await?;
     assert!(!first.reclaimed && again.reclaimed);
     assert_eq!(again.attempt_id, first.attempt_id);
     assert_eq!(attempts_of(&env, id).await?.len(), 1, "no orphan started attempt");
     // Another request for the same intent is refused while the lease is held.
     let other = store
-        .claim("fencing-test", lease, &[ClaimRequest::new(id)], &p)
+        .claim(
+            "fencing-test",
+            lease,
+            &[ClaimRequest::new(id)],
+            &p,
+            ClaimTry::First,
+        )
         .await?;
     assert!(matches!(other[..], [ClaimOutcome::Skipped(_)]), "{other:?}");
 
@@ -240,6 +262,70 @@ async fn a_record_that_lost_its_lease_changes_no_intent_and_retried_claims_and_r
     assert_eq!(store.record(&[r]).await?, [Recorded::AlreadyRecorded]);
     assert_eq!(intent_row(&env, sms).await?.0, "accepted");
     env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_lost_reply_never_turns_its_own_attempt_unknown_nor_reuses_its_id() -> Result<()> {
+    let (env, store) = intents("lostreply", &["9251", "9252"]).await?;
+    let hold = policies(UnknownPolicy::Hold);
+    let short = Duration::from_millis(300);
+
+    // The worker's own `unknown`, recorded on time, retried after a lost reply: already
+    // recorded, not a late outcome.
+    let id = intent_id(&env, "9251", "email").await?;
+    let c = claim_one(&store, ClaimRequest::new(id), Duration::from_secs(60), &hold).await?;
+    let r = record(&c, AttemptOutcome::Unknown, NextState::HoldUnknown);
+    assert_eq!(
+        store.record(std::slice::from_ref(&r)).await?,
+        [Recorded::OnTime { moved: true }]
+    );
+    assert_eq!(store.record(&[r]).await?, [Recorded::AlreadyRecorded]);
+    assert_eq!(
+        attempts_of(&env, id).await?,
+        [(1, "unknown".into(), None, None, None)],
+        "no late outcome invented"
+    );
+
+    // The claim committed, its reply was lost, and the lease ran out before the retry got
+    // through: nothing was sent, so the retry finds its own attempt (not swept `unknown`).
+    let id = intent_id(&env, "9251", "sms").await?;
+    let request = ClaimRequest::new(id);
+    let first = claim_one(&store, request, short, &hold).await?;
+    wait_for("the lease to run out", WAIT, || async {
+        Ok(env
+            .count(&format!(
+                "SELECT count(*) FROM notification_intents WHERE id = '{id}' AND lease_until < now()"
+            ))
+            .await?
+            .eq(&1)
+            .then_some(()))
+    })
+    .await?;
+    let again = claim_try(&store, request, short, &hold, ClaimTry::Again).await?;
+    assert!(again.reclaimed && again.attempt_id == first.attempt_id);
+    assert_eq!(attempts_of(&env, id).await?[0].1, "started");
+
+    // Swept meanwhile by another worker, and due again: the retry does not claim it a
+    // second time under the same attempt id.
+    let retry = policies(UnknownPolicy::Retry);
+    let id = intent_id(&env, "9252", "email").await?;
+    let request = ClaimRequest::new(id);
+    claim_one(&store, request, short, &retry).await?;
+    expire(&env, &store, &retry, id).await?;
+    let refused = store
+        .claim("fencing-test", short, &[request], &retry, ClaimTry::Again)
+        .await?;
+    assert!(matches!(refused[..], [ClaimOutcome::Skipped(_)]), "{refused:?}");
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM notification_attempts WHERE id = '{}'",
+            request.attempt_id
+        ))
+        .await?,
+        1,
+        "one attempt row per attempt id"
+    );
     Ok(())
 }
 

@@ -18,7 +18,7 @@ mod tags;
 
 pub use message::{EmailMessage, SmsMessage};
 pub use outcome::{ErrorCategory, Outcome};
-pub use rate::RateLimiter;
+pub use rate::{RateLimiter, Reservation};
 pub use ses::{IdentityError, SesSender};
 pub use settings::{AwsSettings, StaticCredentials};
 pub use sns::SnsSender;

@@ -43,16 +43,47 @@ impl RateLimiter {
     }
 
     /// Reserves the next send: the moment (at or after `now`) it may go. `None` when there
-    /// is no limit. A reservation that is not used leaves a gap: the rate only gets lower.
-    pub fn reserve(&self, now: Instant) -> Option<Instant> {
+    /// is no limit.
+    pub fn reserve(&self, now: Instant) -> Option<Reservation> {
         let schedule = self.schedule.as_ref()?;
-        // A panic while holding the lock leaves a plain timestamp behind; keep going.
-        let mut s = schedule.lock().unwrap_or_else(|e| e.into_inner());
-        let tat = s.tat.map_or(now, |t| t.max(now));
+        let mut s = lock(schedule);
+        let before = s.tat;
+        let tat = before.map_or(now, |t| t.max(now));
         let at = tat.checked_sub(s.tolerance).map_or(now, |t| t.max(now));
-        s.tat = Some(tat + s.interval);
-        Some(at)
+        let after = tat + s.interval;
+        s.tat = Some(after);
+        Some(Reservation { at, before, after })
     }
+
+    /// Gives a reservation back unused. If no later one was made, the schedule is as if it
+    /// never had been; otherwise it leaves a gap (the rate only gets lower).
+    pub fn cancel(&self, r: Reservation) {
+        if let Some(schedule) = &self.schedule {
+            let mut s = lock(schedule);
+            if s.tat == Some(r.after) {
+                s.tat = r.before;
+            }
+        }
+    }
+}
+
+/// A reserved send: it may go at [`Reservation::at`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    at: Instant,
+    before: Option<Instant>,
+    after: Instant,
+}
+
+impl Reservation {
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+}
+
+fn lock(schedule: &Mutex<Schedule>) -> std::sync::MutexGuard<'_, Schedule> {
+    // A panic while holding the lock leaves a plain timestamp behind; keep going.
+    schedule.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
@@ -61,7 +92,7 @@ mod tests {
 
     fn offsets(limiter: &RateLimiter, now: Instant, n: usize) -> Vec<Duration> {
         (0..n)
-            .map(|_| limiter.reserve(now).expect("limited") - now)
+            .map(|_| limiter.reserve(now).expect("limited").at() - now)
             .collect()
     }
 
@@ -80,9 +111,9 @@ mod tests {
     fn reservations_are_first_come_first_served_and_refill_over_time() {
         let limiter = RateLimiter::per_second(2);
         let t0 = Instant::now();
-        let a = limiter.reserve(t0).unwrap();
-        let b = limiter.reserve(t0).unwrap();
-        let c = limiter.reserve(t0).unwrap();
+        let a = limiter.reserve(t0).unwrap().at();
+        let b = limiter.reserve(t0).unwrap().at();
+        let c = limiter.reserve(t0).unwrap().at();
         assert!(a <= b && b < c, "in arrival order");
         assert_eq!(c - t0, Duration::from_millis(500));
         // Ten quiet seconds later the burst is available again, not ten seconds' worth.
@@ -91,6 +122,26 @@ mod tests {
             offsets(&limiter, later, 3),
             [Duration::ZERO, Duration::ZERO, Duration::from_millis(500)]
         );
+    }
+
+    #[test]
+    fn the_last_reservation_given_back_is_as_if_never_made() {
+        let limiter = RateLimiter::per_second(1);
+        let t0 = Instant::now();
+        let first = limiter.reserve(t0).unwrap();
+        let second = limiter.reserve(t0).unwrap();
+        let third = limiter.reserve(t0).unwrap();
+        assert_eq!(third.at() - t0, Duration::from_secs(2));
+        limiter.cancel(third);
+        limiter.cancel(second);
+        assert_eq!(
+            limiter.reserve(t0).unwrap().at() - t0,
+            Duration::from_secs(1),
+            "both gaps closed, in reverse order"
+        );
+        // Not the last one: a gap stays (the rate only gets lower).
+        limiter.cancel(first);
+        assert_eq!(limiter.reserve(t0).unwrap().at() - t0, Duration::from_secs(2));
     }
 
     #[test]

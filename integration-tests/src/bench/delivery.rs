@@ -16,7 +16,7 @@ use herald_channels::{
 };
 use herald_core::retry::{NextState, RetryPolicy, UnknownPolicy};
 use herald_core::{AttemptOutcome, Channel};
-use herald_store::delivery::{ChannelPolicies, ClaimOutcome, ClaimRequest};
+use herald_store::delivery::{ChannelPolicies, ClaimOutcome, ClaimRequest, ClaimTry};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::Message;
 use uuid::Uuid;
@@ -147,7 +147,7 @@ pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f
         let id: Uuid = std::str::from_utf8(m.key().context("delivery message without key")?)?.parse()?;
         let request = ClaimRequest::new(id);
         let claimed = match store
-            .claim("sequential", lease, &[request], &policies)
+            .claim("sequential", lease, &[request], &policies, ClaimTry::First)
             .await?
             .pop()
         {

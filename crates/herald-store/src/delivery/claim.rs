@@ -110,6 +110,14 @@ impl Skip {
     }
 }
 
+/// Whether a claim statement is the first try of its requests, or a retry after an error
+/// (whose cause may have been a lost reply to a commit that happened).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimTry {
+    First,
+    Again,
+}
+
 #[derive(Debug, Clone)]
 pub enum ClaimOutcome {
     Claimed(Box<Claimed>),
@@ -137,6 +145,7 @@ impl Store {
         lease: Duration,
         requests: &[ClaimRequest],
         policies: &ChannelPolicies,
+        attempt: ClaimTry,
     ) -> Result<Vec<ClaimOutcome>> {
         let mut conn = self.conn().await?;
         // One attempt per intent (the first request's), sorted: concurrent claimers lock
@@ -147,7 +156,14 @@ impl Store {
         }
         let intent_ids: Vec<Uuid> = unique.keys().copied().collect();
         let attempt_ids: Vec<Uuid> = unique.values().copied().collect();
-        let claim = conn.prepare_cached(CLAIM).await?;
+        // A retry must not claim again under an attempt id an earlier try already used
+        // (that attempt may have been swept since): the first try needs no such check.
+        let claim = conn
+            .prepare_cached(match attempt {
+                ClaimTry::First => CLAIM,
+                ClaimTry::Again => CLAIM_AGAIN,
+            })
+            .await?;
         let rows = conn
             .query(
                 &claim,
@@ -167,26 +183,34 @@ impl Store {
         let mut reasons: HashMap<Uuid, Skip> = HashMap::new();
         if !others.is_empty() {
             let tx = conn.transaction().await?;
-            sweep::expire_in(&tx, Some(&others), policies, others.len() as i64).await?;
+            // Held by this very request's attempt: an earlier try committed and its reply
+            // was lost. Locked, and never swept here: nothing was sent, whatever the lease
+            // says. Handed out again; if the lease ran out meanwhile, the send stage's
+            // deadline check records it `not_sent`.
+            let held = tx.prepare_cached(HELD).await?;
+            let ours: Vec<Uuid> = tx
+                .query(&held, &[&others])
+                .await?
+                .iter()
+                .filter(|r| unique.get(&r.get::<_, Uuid>(0)) == Some(&r.get::<_, Uuid>(1)))
+                .map(|r| r.get(0))
+                .collect();
+            let rest: Vec<Uuid> = others.iter().filter(|id| !ours.contains(id)).copied().collect();
+            sweep::expire_in(&tx, Some(&rest), policies, rest.len() as i64).await?;
             let why = tx.prepare_cached(SKIP_REASONS).await?;
-            let mut ours = Vec::new();
-            for r in tx.query(&why, &[&others]).await? {
-                let id: Uuid = r.get(0);
+            for r in tx.query(&why, &[&rest]).await? {
                 let state: &str = r.get(1);
                 let not_due: Option<bool> = r.get(2);
-                let holder: Option<Uuid> = r.get(3);
                 let reason = match state.parse::<IntentState>() {
-                    Ok(IntentState::Sending) if holder.is_some() && holder == unique.get(&id).copied() => {
-                        ours.push(id);
-                        continue;
-                    }
                     Ok(IntentState::Unknown) => Skip::HeldUnknown,
                     Ok(IntentState::Sending) => Skip::Leased,
                     Ok(s) if s.is_terminal() => Skip::Terminal,
                     _ if not_due == Some(true) => Skip::NotDue,
+                    // Due and not claimed: another claimer got there first, or (a retry)
+                    // this request's attempt id was used before.
                     _ => Skip::Leased,
                 };
-                reasons.insert(id, reason);
+                reasons.insert(r.get(0), reason);
             }
             if !ours.is_empty() {
                 let again = tx.prepare_cached(RECLAIM).await?;
@@ -236,14 +260,19 @@ fn claimed_from_row(r: &Row, reclaimed: bool) -> Result<Claimed> {
     })
 }
 
-/// Why requested intents were not claimed, and which attempt holds the lease of those in
-/// `sending` (notification_intents_pkey).
-const SKIP_REASONS: &str = "SELECT id, state, next_attempt_at > now(), lease_attempt_id
-                              FROM notification_intents WHERE id = ANY($1::uuid[])";
+/// Why requested intents were not claimed (notification_intents_pkey).
+const SKIP_REASONS: &str =
+    "SELECT id, state, next_attempt_at > now() FROM notification_intents WHERE id = ANY($1::uuid[])";
 
-/// Claims due intents by id: lease, fencing token, attempt row `started`, the frozen
-/// payload (notification_intents_pkey).
-pub(crate) const CLAIM: &str = "WITH req AS (
+/// The attempt holding the lease of requested intents in `sending`, locked
+/// (notification_intents_pkey).
+const HELD: &str = "SELECT id, lease_attempt_id FROM notification_intents
+                     WHERE id = ANY($1::uuid[]) AND state = 'sending' FOR UPDATE";
+
+/// The claim statement, with `$guard` added to the conditions an intent must meet.
+macro_rules! claim_statement {
+    ($guard:literal) => {
+        concat!("WITH req AS (
                     SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS r(intent_id, attempt_id)
                  ), claimed AS (
                     UPDATE notification_intents i
@@ -253,7 +282,7 @@ pub(crate) const CLAIM: &str = "WITH req AS (
                       FROM req
                      WHERE i.id = req.intent_id
                        AND i.state IN ('pending', 'retry_scheduled')
-                       AND (i.next_attempt_at IS NULL OR i.next_attempt_at <= now())
+                       AND (i.next_attempt_at IS NULL OR i.next_attempt_at <= now())", $guard, "
                     RETURNING i.id, req.attempt_id, i.attempt_count, i.unsent_attempts, i.channel,
                               i.marketplace_id, i.payload_digest, i.trace_context, i.template_revision,
                               i.had_unknown
@@ -267,7 +296,21 @@ pub(crate) const CLAIM: &str = "WITH req AS (
                         p.body_html, c.template_revision
                  FROM claimed c
                  JOIN attempts a ON a.id = c.attempt_id
-                 JOIN notification_payloads p ON p.digest = c.payload_digest";
+                 JOIN notification_payloads p ON p.digest = c.payload_digest")
+    };
+}
+
+/// Claims due intents by id: lease, fencing token, attempt row `started`, the frozen
+/// payload (notification_intents_pkey).
+pub(crate) const CLAIM: &str = claim_statement!("");
+
+/// [`CLAIM`] for a retry: not under an attempt id an earlier try already used
+/// (notification_attempts_intent_idx).
+const CLAIM_AGAIN: &str = claim_statement!(
+    "
+                       AND NOT EXISTS (SELECT 1 FROM notification_attempts a
+                                        WHERE a.intent_id = i.id AND a.id = req.attempt_id)"
+);
 
 /// Claims this request had already made (notification_intents_pkey;
 /// notification_attempts_intent_idx for the attempt): the same columns as [`CLAIM`].

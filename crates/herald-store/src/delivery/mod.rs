@@ -28,7 +28,7 @@ use herald_core::{AttemptOutcome, Channel};
 use uuid::Uuid;
 
 pub(crate) use claim::CLAIM;
-pub use claim::{ClaimOutcome, ClaimRequest, Claimed, Skip};
+pub use claim::{ClaimOutcome, ClaimRequest, ClaimTry, Claimed, Skip};
 pub use record::Recorded;
 pub(crate) use record::RECORD;
 pub use sweep::Resolution;

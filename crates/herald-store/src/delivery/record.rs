@@ -114,6 +114,9 @@ impl Store {
 /// Finished attempts (notification_attempts_pkey (id, started_at): one partition each) and
 /// their intents' next states (notification_intents_pkey), with outbox rows for retries.
 ///
+/// Only an attempt the sweeper recorded `unknown` (`lease_expired`) takes a late outcome:
+/// a worker's own `unknown` retried after a lost reply is already recorded.
+///
 /// `r` locks the intents first, in id order; the sweeper skips locked intents, so a
 /// record and a sweep never wait on each other in opposite orders. One UPDATE decides
 /// per attempt between the outcome (still `started`) and a late outcome (already
@@ -147,7 +150,8 @@ pub(crate) const RECORD: &str = "WITH input AS (
                late_recorded_at = CASE WHEN a.outcome = 'started' THEN NULL ELSE now() END
           FROM r
          WHERE a.id = r.attempt_id AND a.started_at = r.started_at
-           AND (a.outcome = 'started' OR (a.outcome = 'unknown' AND a.late_outcome IS NULL))
+           AND (a.outcome = 'started'
+                OR (a.outcome = 'unknown' AND a.error_category = 'lease_expired' AND a.late_outcome IS NULL))
         RETURNING a.id, a.attempt_no, a.late_outcome IS NULL AS on_time
      ), moved AS (
         UPDATE notification_intents i

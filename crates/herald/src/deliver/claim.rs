@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald_store::delivery::{ClaimOutcome, ClaimRequest, Claimed};
+use herald_store::delivery::{ClaimOutcome, ClaimRequest, ClaimTry, Claimed};
 use tokio::sync::mpsc;
 
 use super::batch::{pipelined, until_ok};
@@ -37,12 +37,18 @@ async fn claim_batch(ctx: &DeliveryContext, batch: Vec<Taken>, out: &mpsc::Sende
     // own attempts instead of leaving orphans.
     let requests: Vec<ClaimRequest> = batch.iter().map(|t| ClaimRequest::new(t.intent_id)).collect();
     let first_try = Instant::now();
-    let (outcomes, this_try) = until_ok("claim", || async {
-        let sent = Instant::now();
-        ctx.store
-            .claim(&ctx.worker, lease, &requests, &ctx.policies)
-            .await
-            .map(|o| (o, sent))
+    let mut attempt = ClaimTry::First;
+    let (outcomes, this_try) = until_ok("claim", || {
+        let this = attempt;
+        attempt = ClaimTry::Again;
+        let requests = &requests;
+        async move {
+            let sent = Instant::now();
+            ctx.store
+                .claim(&ctx.worker, lease, requests, &ctx.policies, this)
+                .await
+                .map(|o| (o, sent))
+        }
     })
     .await;
     ctx.obs

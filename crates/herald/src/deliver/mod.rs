@@ -164,11 +164,13 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     // `not_sent`; requests already at the provider finish and are recorded (bounded); then
     // commit and leave the group. Messages queued in the lanes were never started: their
     // offsets stay uncommitted and the partition's next owner takes them.
+    // One deadline for the whole drain, so that shutdown stays within one drain timeout
+    // (plus the consumer's own, which finds nothing left in flight).
     info!("delivery draining");
-    lanes.close().await;
-    let drain = Duration::from_millis(d.drain_timeout_ms);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(d.drain_timeout_ms);
+    let _ = tokio::time::timeout_at(deadline, lanes.close()).await;
     let all = u32::try_from(pipeline).unwrap_or(u32::MAX);
-    if tokio::time::timeout(drain, in_flight.acquire_many(all))
+    if tokio::time::timeout_at(deadline, in_flight.acquire_many(all))
         .await
         .is_err()
     {
@@ -178,9 +180,9 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
             "drain timed out; those attempts stay started and their leases will expire into unknown"
         );
     }
-    let _ = tokio::time::timeout(drain, claims).await;
-    let _ = tokio::time::timeout(drain, sends).await;
-    let _ = tokio::time::timeout(drain, records).await;
+    let _ = tokio::time::timeout_at(deadline, claims).await;
+    let _ = tokio::time::timeout_at(deadline, sends).await;
+    let _ = tokio::time::timeout_at(deadline, records).await;
     sweeper.abort();
     reporter.abort();
     partition_gauges.abort();

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use herald_channels::{
-    AwsSettings, EmailMessage, ErrorCategory, Outcome, RateLimiter, SesSender, SmsMessage, SnsSender,
-    StaticCredentials,
+    AwsSettings, EmailMessage, ErrorCategory, Outcome, RateLimiter, Reservation, SesSender, SmsMessage,
+    SnsSender, StaticCredentials,
 };
 use herald_core::retry::jitter;
 use herald_core::{AttemptOutcome, Channel, NotSentReason};
@@ -33,13 +33,23 @@ pub struct Senders {
 }
 
 impl Senders {
-    /// Reserves the channel's next send: the moment it may go (`None`: no limit).
-    fn reserve(&self, channel: Channel) -> Option<Instant> {
-        let rate = match channel {
+    fn rate(&self, channel: Channel) -> &RateLimiter {
+        match channel {
             Channel::Email => &self.email_rate,
             Channel::Sms => &self.sms_rate,
-        };
-        rate.reserve(Instant::now())
+        }
+    }
+
+    /// Reserves the channel's next send: the moment it may go (`None`: no limit).
+    fn reserve(&self, channel: Channel) -> Option<Reservation> {
+        self.rate(channel).reserve(Instant::now())
+    }
+
+    /// Gives back a reservation whose send will not happen.
+    fn cancel(&self, channel: Channel, reservation: Option<Reservation>) {
+        if let Some(r) = reservation {
+            self.rate(channel).cancel(r);
+        }
     }
 
     pub async fn new(config: &Config) -> Self {
@@ -89,10 +99,19 @@ async fn attempt_in_span(
     } = claimed;
     // The channel's rate (a reserved moment, first come first served), then a send slot.
     // Claimed attempts wait here, their leases running: the claim window and the slots are
-    // sized so that the wait fits (herald_core::lease). Released early: nothing is sent.
+    // sized so that the wait fits (herald_core::lease). A reservation past the deadline, or
+    // an attempt released while it waits, sends nothing and gives its moment back.
+    if Instant::now() >= send_by {
+        return not_sent(ctx, taken, c, NotSentReason::LeaseDeadline);
+    }
+    let reservation = ctx.senders.reserve(c.channel);
+    if reservation.is_some_and(|r| r.at() >= send_by) {
+        ctx.senders.cancel(c.channel, reservation);
+        return not_sent(ctx, taken, c, NotSentReason::LeaseDeadline);
+    }
     let turn = async {
-        if let Some(at) = ctx.senders.reserve(c.channel) {
-            tokio::time::sleep_until(at.into()).await;
+        if let Some(r) = reservation {
+            tokio::time::sleep_until(r.at().into()).await;
         }
         ctx.send_slots.acquire().await
     };
@@ -104,7 +123,7 @@ async fn attempt_in_span(
     let slot = match waited {
         Ok(slot) => slot,
         Err(reason) => {
-            span.record("herald.outcome", AttemptOutcome::NotSent.as_str());
+            ctx.senders.cancel(c.channel, reservation);
             return not_sent(ctx, taken, c, reason);
         }
     };
@@ -115,7 +134,6 @@ async fn attempt_in_span(
     // timeout) inside the lease, with the margin to spare. Too late: nothing is sent, and
     // the attempt says so; it is never left to expire into `unknown`.
     if Instant::now() >= send_by {
-        span.record("herald.outcome", AttemptOutcome::NotSent.as_str());
         return not_sent(ctx, taken, c, NotSentReason::LeaseDeadline);
     }
     taken.permits.release_window();
@@ -219,6 +237,7 @@ fn not_sent(
     reason: NotSentReason,
 ) -> FinishedAttempt {
     let channel = c.channel.as_str();
+    tracing::Span::current().record("herald.outcome", AttemptOutcome::NotSent.as_str());
     ctx.obs.metrics.attempt_not_sent(channel, reason.as_str());
     let next = ctx.policies[&c.channel].next(AttemptOutcome::NotSent, c.tries, jitter());
     warn!(intent_id = %c.intent_id, attempt_id = %c.attempt_id, attempt_no = c.attempt_no, channel,

@@ -5,9 +5,11 @@
 //! A channel's claim window holds what its rate can send within one lease
 //! ([`herald_core::lease::LeaseBudget::claim_window`]): a claimed attempt of a slow
 //! channel (an SES sandbox account at 1/s) then never waits past its lease, and a slow
-//! channel holds up only its own lane, not the other channel's. A message from a relay
-//! older than the channel header goes to a lane that takes room in both windows and gives
-//! back the one its claim does not need.
+//! channel holds up its own lane, not the other channel's, until the consumer's window
+//! (`8 x max_in_flight` messages, at least 1,024) is full of its messages: both channels
+//! share the deliveries topic and its partitions, so from there on the other waits too.
+//! A message from a relay older than the channel header goes to a lane that takes room in
+//! both windows and gives back the one its claim does not need.
 
 use std::sync::Arc;
 
