@@ -292,15 +292,12 @@ async fn a_retry_after_a_lost_reply_never_turns_its_own_attempt_unknown_nor_reus
     let id = intent_id(&env, "9251", "sms").await?;
     let request = ClaimRequest::new(id);
     let first = claim_one(&store, request, short, &hold).await?;
-    wait_for("the lease to run out", WAIT, || async {
-        Ok(env
-            .count(&format!(
-                "SELECT count(*) FROM notification_intents WHERE id = '{id}' AND lease_until < now()"
-            ))
-            .await?
-            .eq(&1)
-            .then_some(()))
-    })
+    env.wait_count(
+        "the lease to run out",
+        &format!("SELECT count(*) FROM notification_intents WHERE id = '{id}' AND lease_until < now()"),
+        1,
+        WAIT,
+    )
     .await?;
     let again = claim_try(&store, request, short, &hold, ClaimTry::Again).await?;
     assert!(again.reclaimed && again.attempt_id == first.attempt_id);
@@ -353,15 +350,14 @@ async fn not_sent_attempts_do_not_use_up_the_intent_and_stranded_intents_are_que
         assert_eq!(done, [Recorded::OnTime { moved: true }]);
         let (state, count, unsent, _, _) = intent_row(&env, id).await?;
         assert_eq!((state.as_str(), count, unsent), ("retry_scheduled", n, n));
-        wait_for("the retry to be due", WAIT, || async {
-            Ok(env
-                .count(&format!(
-                    "SELECT count(*) FROM notification_intents WHERE id = '{id}' AND next_attempt_at <= now()"
-                ))
-                .await?
-                .eq(&1)
-                .then_some(()))
-        })
+        env.wait_count(
+            "the retry to be due",
+            &format!(
+                "SELECT count(*) FROM notification_intents WHERE id = '{id}' AND next_attempt_at <= now()"
+            ),
+            1,
+            WAIT,
+        )
         .await?;
     }
     assert_eq!(

@@ -77,6 +77,12 @@ pub struct StoreConfig {
 }
 
 /// A handle on the database: cheap to clone, shared by every task of a role.
+/// An intent's stored channel (`notification_intents.channel`, CHECKed in the schema).
+pub(crate) fn intent_channel(text: &str) -> Result<herald_core::Channel> {
+    text.parse()
+        .map_err(|e| StoreError::Corrupt(format!("notification_intents.channel: {e}")))
+}
+
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,

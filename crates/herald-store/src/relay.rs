@@ -52,14 +52,11 @@ impl<'a> RelayTx<'a> {
         let rows = self.tx.query(CLAIM_DUE, &[&limit]).await?;
         rows.into_iter()
             .map(|r| {
-                let channel: &str = r.get(3);
                 Ok(OutboxRow {
                     id: r.get(0),
                     intent_id: r.get(1),
                     trace_context: r.get(2),
-                    channel: channel.parse().map_err(|e| {
-                        crate::StoreError::Corrupt(format!("notification_intents.channel: {e}"))
-                    })?,
+                    channel: crate::intent_channel(r.get(3))?,
                 })
             })
             .collect()

@@ -799,19 +799,21 @@ impl Config {
         }
     }
 
-    /// The send-rate limit of a channel, per second.
-    pub fn rate_per_second(&self, channel: Channel) -> u32 {
+    /// A channel's retry and rate settings.
+    fn channel_retry(&self, channel: Channel) -> &RetryConfig {
         match channel {
-            Channel::Email => self.channels.email.retry.rate_per_second,
-            Channel::Sms => self.channels.sms.retry.rate_per_second,
+            Channel::Email => &self.channels.email.retry,
+            Channel::Sms => &self.channels.sms.retry,
         }
     }
 
+    /// The send-rate limit of a channel, per second.
+    pub fn rate_per_second(&self, channel: Channel) -> u32 {
+        self.channel_retry(channel).rate_per_second
+    }
+
     pub fn retry_policy(&self, channel: Channel) -> RetryPolicy {
-        let r = match channel {
-            Channel::Email => &self.channels.email.retry,
-            Channel::Sms => &self.channels.sms.retry,
-        };
+        let r = self.channel_retry(channel);
         RetryPolicy {
             max_attempts: r.max_attempts,
             base_backoff: Duration::from_millis(r.base_backoff_ms),

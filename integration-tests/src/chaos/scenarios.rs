@@ -740,15 +740,7 @@ async fn pause(scale: Scale, rng: &mut Rng) -> Result<Report> {
         tokio::time::sleep(over / (pauses as u32 + 2)).await;
         // One delivery process, then the other; frozen while it has requests out.
         let member = 1 + n % 2;
-        let busy = wait_for(
-            "attempts in flight to freeze",
-            Duration::from_secs(20),
-            || async {
-                let n = in_flight(&addrs[member]).await.unwrap_or(0);
-                Ok((n > 0).then_some(n))
-            },
-        )
-        .await?;
+        let busy = requests_out(&addrs[member..=member]).await?;
         fleet.signal(member, "STOP")?;
         tokio::time::sleep(PAST_THE_LEASE + Duration::from_secs(scale.pick(0, 10))).await;
         fleet.signal(member, "CONT")?;
@@ -760,6 +752,21 @@ async fn pause(scale: Scale, rng: &mut Rng) -> Result<Report> {
     let report = run.finish(fleet, production).await;
     proxy.delete().await?;
     report
+}
+
+/// Waits (up to 20 s) until one of the processes at `addrs` has attempts in flight; returns
+/// how many it had.
+async fn requests_out(addrs: &[String]) -> Result<i64> {
+    wait_for("attempts in flight", Duration::from_secs(20), || async {
+        for addr in addrs {
+            let n = in_flight(addr).await.unwrap_or(0);
+            if n > 0 {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    })
+    .await
 }
 
 /// PostgreSQL stopped for longer than a lease while requests are at the provider: the
@@ -779,15 +786,7 @@ async fn db_outage(scale: Scale, rng: &mut Rng) -> Result<Report> {
     let mut down = Duration::ZERO;
     for _ in 0..outages {
         tokio::time::sleep(over / (outages as u32 + 2)).await;
-        wait_for("requests at the provider", Duration::from_secs(20), || async {
-            for addr in &addrs[1..] {
-                if in_flight(addr).await.unwrap_or(0) > 0 {
-                    return Ok(Some(()));
-                }
-            }
-            Ok(None)
-        })
-        .await?;
+        requests_out(&addrs[1..]).await?;
         let t = Instant::now();
         stack("postgres", "stop").await?;
         tokio::time::sleep(PAST_THE_LEASE + Duration::from_secs(scale.pick(0, 10))).await;

@@ -49,12 +49,6 @@ pub struct InFlight {
     slot: Slot,
 }
 
-impl InFlight {
-    pub fn slot(&self) -> &Slot {
-        &self.slot
-    }
-}
-
 struct Shared {
     topic: String,
     group: String,

@@ -10,7 +10,8 @@ use herald_core::{AttemptOutcome, Channel, IntentState};
 use tokio_postgres::Row;
 use uuid::Uuid;
 
-use super::{channel, sweep, AttemptRecord, ChannelPolicies};
+use super::{sweep, AttemptRecord, ChannelPolicies};
+use crate::intent_channel;
 use crate::{Result, Store};
 
 /// One intent to claim, under the id its attempt will have. The caller makes the id once
@@ -183,18 +184,22 @@ impl Store {
         let mut reasons: HashMap<Uuid, Skip> = HashMap::new();
         if !others.is_empty() {
             let tx = conn.transaction().await?;
-            // Held by this very request's attempt: an earlier try committed and its reply
-            // was lost. Locked, and never swept here: nothing was sent, whatever the lease
-            // says. Handed out again; if the lease ran out meanwhile, the send stage's
-            // deadline check records it `not_sent`.
-            let held = tx.prepare_cached(HELD).await?;
-            let ours: Vec<Uuid> = tx
-                .query(&held, &[&others])
-                .await?
-                .iter()
-                .filter(|r| unique.get(&r.get::<_, Uuid>(0)) == Some(&r.get::<_, Uuid>(1)))
-                .map(|r| r.get(0))
-                .collect();
+            // On a retry, intents held by this very request's attempt: an earlier try
+            // committed and its reply was lost. Locked, and never swept here: nothing was
+            // sent, whatever the lease says. Handed out again; if the lease ran out
+            // meanwhile, the send stage's deadline check records it `not_sent`. A first
+            // try's attempt ids are new: nothing can be held by them.
+            let mut ours: Vec<Uuid> = Vec::new();
+            if attempt == ClaimTry::Again {
+                let held = tx.prepare_cached(HELD).await?;
+                ours = tx
+                    .query(&held, &[&others])
+                    .await?
+                    .iter()
+                    .filter(|r| unique.get(&r.get::<_, Uuid>(0)) == Some(&r.get::<_, Uuid>(1)))
+                    .map(|r| r.get(0))
+                    .collect();
+            }
             let rest: Vec<Uuid> = others.iter().filter(|id| !ours.contains(id)).copied().collect();
             sweep::expire_in(&tx, Some(&rest), policies, rest.len() as i64).await?;
             let why = tx.prepare_cached(SKIP_REASONS).await?;
@@ -246,7 +251,7 @@ fn claimed_from_row(r: &Row, reclaimed: bool) -> Result<Claimed> {
         attempt_id: r.get(1),
         attempt_no,
         tries: u32::try_from(attempt_no - unsent).unwrap_or(1).max(1),
-        channel: channel(r.get(4))?,
+        channel: intent_channel(r.get(4))?,
         marketplace_id: r.get(5),
         trace_context: r.get(6),
         after_unknown: r.get(7),

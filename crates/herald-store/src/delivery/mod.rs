@@ -69,9 +69,3 @@ fn next_state_columns(
     }
     columns
 }
-
-/// Reads a stored channel name.
-fn channel(text: &str) -> crate::Result<Channel> {
-    text.parse()
-        .map_err(|e| crate::StoreError::Corrupt(format!("notification_intents.channel: {e}")))
-}

@@ -9,7 +9,7 @@ use herald_core::retry::{jitter, NextState};
 use herald_core::{AttemptOutcome, IntentState};
 use uuid::Uuid;
 
-use super::{channel, next_state_columns, ChannelPolicies};
+use super::{next_state_columns, ChannelPolicies};
 use crate::inspect::IntentRef;
 use crate::{Result, Store, StoreError};
 
@@ -197,7 +197,7 @@ pub(super) async fn expire_in(
     }
     let mut next = Vec::with_capacity(rows.len());
     for r in &rows {
-        let channel = channel(r.get(1))?;
+        let channel = crate::intent_channel(r.get(1))?;
         let tries: i32 = r.get(2);
         let policy = policies
             .get(&channel)
