@@ -14,6 +14,13 @@ pub const DLQ_SOURCE_PARTITION: &str = "herald-dlq-source-partition";
 pub const DLQ_SOURCE_OFFSET: &str = "herald-dlq-source-offset";
 pub const DLQ_SOURCE_TIMESTAMP: &str = "herald-dlq-source-timestamp";
 pub const DLQ_CONSUMER_GROUP: &str = "herald-dlq-consumer-group";
+/// Set when the dead letter does not carry the original value whole: `prefix` (a bounded
+/// prefix of it) or `omitted` (headers only), because the dead-letter topic refused more.
+pub const DLQ_PAYLOAD: &str = "herald-dlq-payload";
+/// With `herald-dlq-payload`: the original value's size in bytes and its blake3 digest
+/// (hex), so the whole message can be found again at its source offset and checked.
+pub const DLQ_ORIGINAL_SIZE: &str = "herald-dlq-original-size";
+pub const DLQ_ORIGINAL_BLAKE3: &str = "herald-dlq-original-blake3";
 
 /// The first value of header `name`, if present and UTF-8.
 pub fn header_str<'a, M: Message>(msg: &'a M, name: &str) -> Option<&'a str> {
