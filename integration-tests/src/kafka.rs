@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -13,18 +15,40 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use crate::BROKERS;
 
 pub fn producer() -> Result<FutureProducer> {
-    Ok(ClientConfig::new()
+    producer_with(&[])
+}
+
+/// A producer with extra librdkafka settings (e.g. a larger `message.max.bytes`, whose
+/// default of 1,000,000 refuses a bigger message before it leaves).
+pub fn producer_with(settings: &[(&str, &str)]) -> Result<FutureProducer> {
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", BROKERS)
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("linger.ms", "5")
-        .create()?)
+        .set("linger.ms", "5");
+    for (k, v) in settings {
+        config.set(*k, *v);
+    }
+    Ok(config.create()?)
 }
 
 /// Produces one message and waits for the broker's acknowledgement.
 pub async fn produce(
     p: &FutureProducer,
     topic: &str,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[(&str, &str)],
+) -> Result<(i32, i64)> {
+    produce_to(p, topic, None, key, value, headers).await
+}
+
+/// Like [`produce`], to partition `partition` when given (else the key decides).
+pub async fn produce_to(
+    p: &FutureProducer,
+    topic: &str,
+    partition: Option<i32>,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     headers: &[(&str, &str)],
@@ -37,6 +61,9 @@ pub async fn produce(
         });
     }
     let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(h);
+    if let Some(n) = partition {
+        rec = rec.partition(n);
+    }
     if let Some(k) = key {
         rec = rec.key(k);
     }
@@ -164,4 +191,36 @@ pub fn committed_lag(group: &str, topics: &[&str]) -> Result<i64> {
         lag += (high - c).max(0);
     }
     Ok(lag)
+}
+
+/// The offset `group` committed on `topic`'s `partition` (the next one it will read), if any.
+pub fn committed_offset(group: &str, topic: &str, partition: i32) -> Result<Option<i64>> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, partition);
+    let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+    Ok(committed.elements().first().and_then(|e| match e.offset() {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    }))
+}
+
+/// Creates `topic` with `partitions`, replication 1 and the given topic configs (e.g.
+/// `max.message.bytes`); fails if it exists.
+pub async fn create_topic(topic: &str, partitions: i32, configs: &[(&str, &str)]) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", BROKERS).create()?;
+    let new = configs.iter().fold(
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        |t, (k, v)| t.set(k, v),
+    );
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for result in admin.create_topics([&new], &opts).await? {
+        result.map_err(|(name, code)| anyhow::anyhow!("creating topic {name}: {code}"))?;
+    }
+    Ok(())
 }

@@ -74,12 +74,32 @@ where
     }
 }
 
+/// The partition counts of a test namespace's topics (unprefixed names), as its
+/// configuration gives them to `herald topics ensure`.
+pub const PARTITIONS: [(&str, i32); 4] = [
+    ("order-events", 3),
+    ("seller-profiles", 2),
+    ("herald.deliveries", 2),
+    ("herald.dead-letter", 1),
+];
+
+fn partitions(topic: &str) -> i32 {
+    PARTITIONS
+        .iter()
+        .find(|(t, _)| *t == topic)
+        .map_or(1, |(_, n)| *n)
+}
+
 /// Variations of the generated configuration.
 pub struct EnvOptions {
     /// Where herald sends SES/SNS calls (moto, or a fault proxy in front of it).
     pub aws_endpoint: Option<String>,
     /// "hold" or "retry".
     pub on_unknown: &'static str,
+    /// Topic configs (unprefixed topic, key, value), e.g. `max.message.bytes`: each topic
+    /// named here is created with them (and its usual partitions) before `herald topics
+    /// ensure`, which then leaves it as it is.
+    pub topic_configs: Vec<(&'static str, &'static str, String)>,
 }
 
 impl Default for EnvOptions {
@@ -87,6 +107,7 @@ impl Default for EnvOptions {
         Self {
             aws_endpoint: None,
             on_unknown: "hold",
+            topic_configs: Vec::new(),
         }
     }
 }
@@ -146,10 +167,10 @@ topic_prefix = "{prefix}"
 replication_factor = 1
 
 [kafka.partitions]
-order_events = 3
-seller_profiles = 2
-deliveries = 2
-dead_letter = 1
+order_events = {}
+seller_profiles = {}
+deliveries = {}
+dead_letter = {}
 
 [ingest]
 batch_max_messages = 200
@@ -191,7 +212,11 @@ template = "order_created"
 channels = ["email", "sms"]
 
 {extra_toml}
-"#
+"#,
+            partitions("order-events"),
+            partitions("seller-profiles"),
+            partitions("herald.deliveries"),
+            partitions("herald.dead-letter"),
         );
         std::fs::write(&config_path, config)?;
         let db = pg_connect(&db_url).await?;
@@ -205,9 +230,32 @@ channels = ["email", "sms"]
             db,
         };
         env.herald(&["migrate"])?;
+        env.create_topics_with(&options.topic_configs).await?;
         env.herald(&["topics", "ensure"])?;
         env.publish_sample_templates()?;
         Ok(env)
+    }
+
+    /// Creates each topic named in `configs` with its configs, as `herald topics ensure`
+    /// would (partitions, `min.insync.replicas`, compaction of seller profiles) plus these.
+    async fn create_topics_with(&self, configs: &[(&'static str, &'static str, String)]) -> Result<()> {
+        let mut topics: Vec<&str> = configs.iter().map(|(t, _, _)| *t).collect();
+        topics.sort_unstable();
+        topics.dedup();
+        for topic in topics {
+            let mut settings: Vec<(&str, &str)> = vec![("min.insync.replicas", "1")];
+            if topic == "seller-profiles" {
+                settings.push(("cleanup.policy", "compact"));
+            }
+            settings.extend(
+                configs
+                    .iter()
+                    .filter(|(t, _, _)| *t == topic)
+                    .map(|(_, k, v)| (*k, v.as_str())),
+            );
+            kafka::create_topic(&self.topic(topic), partitions(topic), &settings).await?;
+        }
+        Ok(())
     }
 
     pub fn topic(&self, name: &str) -> String {

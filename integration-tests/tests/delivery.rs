@@ -195,6 +195,7 @@ async fn delivery_instances_joining_and_leaving_send_each_intent_once() -> Resul
         integration_tests::EnvOptions {
             aws_endpoint: Some(proxy.url()),
             on_unknown: "hold",
+            ..integration_tests::EnvOptions::default()
         },
     )
     .await?;

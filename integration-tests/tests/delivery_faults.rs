@@ -25,6 +25,7 @@ async fn env_behind_proxy(name: &str, on_unknown: &'static str) -> Result<(TestE
         EnvOptions {
             aws_endpoint: Some(proxy.url()),
             on_unknown,
+            ..EnvOptions::default()
         },
     )
     .await?;

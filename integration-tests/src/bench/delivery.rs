@@ -36,6 +36,7 @@ pub async fn prepare(name: &str, endpoint: &str, orders: usize) -> Result<(TestE
         EnvOptions {
             aws_endpoint: Some(endpoint.to_owned()),
             on_unknown: "hold",
+            ..EnvOptions::default()
         },
     )
     .await?;
@@ -205,6 +206,7 @@ pub async fn latency(endpoint: &str, rate: f64, seconds: u64) -> Result<(f64, f6
         EnvOptions {
             aws_endpoint: Some(endpoint.to_owned()),
             on_unknown: "hold",
+            ..EnvOptions::default()
         },
     )
     .await?;

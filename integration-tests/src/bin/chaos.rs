@@ -2,7 +2,8 @@
 //! real local stack (`make chaos` runs the long version, `make test` the short one). Each
 //! scenario prints one line of figures; a violated invariant is printed under it with the
 //! intents involved, and the run exits 1. Scenarios: storm, conflicts, sigkill, broker,
-//! database, provider, churn, slow (all by default). The seed makes a run reproducible.
+//! database, provider, churn, slow, ratelimit, pause, db-outage, hostile (all by default).
+//! The seed makes a run reproducible.
 //!
 //! It stops and starts the stack's broker and database: do not run it next to other tests.
 //! A scenario's database and logs are dropped when its invariants hold, kept (and named)

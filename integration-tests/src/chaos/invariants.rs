@@ -8,7 +8,10 @@
 //!     accepted attempt without a send, no send without an accepted or `unknown` attempt,
 //!     and no second send unless an `unknown` attempt explains it;
 //! (d) every attempt has a final outcome;
-//! (e) committed offsets cover everything produced (lag 0);
+//! (e) committed offsets cover everything produced (lag 0); nothing valid dead-lettered, and
+//!     every input the scenario made invalid dead-lettered once per source offset with
+//!     its reason (whole, or past the dead-letter topic's limit as a prefix or headers
+//!     only, with the original's size and digest);
 //! (f) conflicts recorded = conflicting re-emissions produced;
 //! (g) under a channel's `retry` policy, no intent rests in `unknown` while it has
 //!     attempts left;
@@ -24,7 +27,7 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::plan::Plan;
-use crate::kafka::{committed_lag, read_all};
+use crate::kafka::{committed_lag, read_all, Record};
 use crate::{moto, pg_connect, wait_for, TestEnv};
 
 /// What a scenario's configuration promises beyond (a)-(f).
@@ -36,6 +39,27 @@ pub struct Expect {
     pub max_attempts: i64,
     /// No fault that can lose an answer: every attempt's outcome is observed (i).
     pub quiet_provider: bool,
+    /// Inputs the scenario made invalid on purpose: each must be dead-lettered (e).
+    pub refused: Vec<RefusedInput>,
+}
+
+/// An input produced to be refused, and what its dead letter must say.
+#[derive(Debug, Clone)]
+pub struct RefusedInput {
+    /// Where it was produced (prefixed topic).
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// What was done to it (e.g. `nul:order.currency`), for the violation message.
+    pub kind: String,
+    /// The `herald-dlq-reason` its dead letter must carry.
+    pub reason: &'static str,
+    /// Its value's size and blake3 digest (hex).
+    pub size: usize,
+    pub blake3: String,
+    /// Larger than the dead-letter topic takes: its dead letter must be a prefix or
+    /// headers only.
+    pub beyond_dead_letter_limit: bool,
 }
 
 impl Expect {
@@ -354,11 +378,30 @@ pub async fn check(env: &TestEnv, plan: &Plan, expect: &Expect, report: &mut Rep
             "(e) committed offsets are {lag} behind what was produced"
         ));
     }
-    let dead = read_all(&env.topic("herald.dead-letter"))?.len();
-    report.fig("dead_letters", dead);
-    if dead != 0 {
-        report.violation(format!("(e) {dead} valid event(s) dead-lettered"));
+    let letters = read_all(&env.topic("herald.dead-letter"))?;
+    let d = DeadLetterCheck::of(&letters, &expect.refused);
+    report.fig("dead_letters", letters.len());
+    if !expect.refused.is_empty() {
+        report.fig(
+            "refused_dead_lettered",
+            format!(
+                "{}/{}",
+                expect.refused.len() - d.missing.len(),
+                expect.refused.len()
+            ),
+        );
+        let reasons: Vec<String> = d.by_reason.iter().map(|(r, n)| format!("{r}:{n}")).collect();
+        report.fig("dlq_reasons", reasons.join(","));
+        report.fig("dlq_cut", d.cut);
     }
+    flag(report, "(e) valid input dead-lettered", &d.unexpected);
+    flag(report, "(e) invalid input never dead-lettered", &d.missing);
+    flag(report, "(e) dead letters with another reason", &d.wrong_reason);
+    flag(
+        report,
+        "(e) dead letters that misstate the original value",
+        &d.bad_payload,
+    );
 
     // (f) Every conflicting re-emission recorded once, against its order's intents.
     let recorded: BTreeMap<String, i64> = db
@@ -398,6 +441,107 @@ pub async fn check(env: &TestEnv, plan: &Plan, expect: &Expect, report: &mut Rep
         &mismatched,
     );
     Ok(())
+}
+
+/// The dead-letter topic against the inputs refused on purpose (invariant e), by source
+/// (topic, partition, offset). A source dead-lettered twice (a batch replayed after its
+/// dead letters were sent) counts once.
+#[derive(Debug, Default)]
+struct DeadLetterCheck {
+    /// Dead letters of a source that was not refused on purpose: valid input.
+    unexpected: Vec<String>,
+    /// Refused inputs with no dead letter.
+    missing: Vec<String>,
+    wrong_reason: Vec<String>,
+    /// Whole copies that differ from the original, or a prefix / headers-only letter whose
+    /// size or digest headers do not match it, or a whole copy of a value the dead-letter
+    /// topic cannot take.
+    bad_payload: Vec<String>,
+    by_reason: BTreeMap<String, usize>,
+    /// Dead letters carrying a prefix or headers only.
+    cut: usize,
+}
+
+impl DeadLetterCheck {
+    fn of(letters: &[Record], refused: &[RefusedInput]) -> Self {
+        use herald_kafka::headers::*;
+        let mut c = Self::default();
+        let mut by_source: BTreeMap<(String, i32, i64), &Record> = BTreeMap::new();
+        for l in letters {
+            let h = |n: &str| l.headers.get(n).cloned().unwrap_or_default();
+            let source = (
+                h(DLQ_SOURCE_TOPIC),
+                h(DLQ_SOURCE_PARTITION).parse().unwrap_or(-1),
+                h(DLQ_SOURCE_OFFSET).parse().unwrap_or(-1),
+            );
+            by_source.entry(source).or_insert(l);
+        }
+        let mut expected = BTreeSet::new();
+        for r in refused {
+            let source = (r.topic.clone(), r.partition, r.offset);
+            let name = format!("{} at {}[{}]@{}", r.kind, r.topic, r.partition, r.offset);
+            expected.insert(source.clone());
+            let Some(l) = by_source.get(&source) else {
+                c.missing.push(name);
+                continue;
+            };
+            let h = |n: &str| l.headers.get(n).map(String::as_str);
+            let reason = h(DLQ_REASON).unwrap_or("");
+            *c.by_reason.entry(reason.to_owned()).or_default() += 1;
+            if reason != r.reason {
+                c.wrong_reason.push(format!(
+                    "{name}: {reason:?} (detail {:?}), expected {}",
+                    h(DLQ_DETAIL).unwrap_or(""),
+                    r.reason
+                ));
+            }
+            let value = l.value.as_deref().unwrap_or_default();
+            let payload = match h(DLQ_PAYLOAD) {
+                None if r.beyond_dead_letter_limit => Err(format!(
+                    "a whole copy of {} bytes, more than the dead-letter topic takes",
+                    r.size
+                )),
+                None if blake3::hash(value).to_hex().as_str() != r.blake3 => Err(format!(
+                    "a whole copy that differs from the original ({} of {} bytes)",
+                    value.len(),
+                    r.size
+                )),
+                None => Ok(()),
+                Some(kind) => {
+                    c.cut += 1;
+                    let size = r.size.to_string();
+                    if h(DLQ_ORIGINAL_SIZE) != Some(size.as_str())
+                        || h(DLQ_ORIGINAL_BLAKE3) != Some(r.blake3.as_str())
+                    {
+                        Err(format!(
+                            "{kind}: size {:?} digest {:?}, the original has {size} bytes, {}",
+                            h(DLQ_ORIGINAL_SIZE),
+                            h(DLQ_ORIGINAL_BLAKE3),
+                            r.blake3
+                        ))
+                    } else if !((kind == "prefix" && !value.is_empty() && value.len() < r.size)
+                        || (kind == "omitted" && value.is_empty()))
+                    {
+                        Err(format!("{kind} with {} of {} bytes", value.len(), r.size))
+                    } else {
+                        Ok(())
+                    }
+                }
+            };
+            if let Err(e) = payload {
+                c.bad_payload.push(format!("{name}: {e}"));
+            }
+        }
+        for ((topic, partition, offset), l) in &by_source {
+            if !expected.contains(&(topic.clone(), *partition, *offset)) {
+                c.unexpected.push(format!(
+                    "{topic}[{partition}]@{offset}: {:?}",
+                    l.headers.get(DLQ_REASON)
+                ));
+            }
+        }
+        c
+    }
 }
 
 /// How one business key's sends at the provider square with its attempts (invariant c).
@@ -475,7 +619,107 @@ fn flag(report: &mut Report, what: &str, items: &[String]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{order_in, SendCheck};
+    use std::collections::BTreeMap;
+
+    use super::{order_in, DeadLetterCheck, RefusedInput, SendCheck};
+    use crate::kafka::Record;
+
+    fn refused(offset: i64, value: &[u8], beyond: bool) -> RefusedInput {
+        RefusedInput {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            kind: format!("case-{offset}"),
+            reason: "invalid_value",
+            size: value.len(),
+            blake3: blake3::hash(value).to_hex().to_string(),
+            beyond_dead_letter_limit: beyond,
+        }
+    }
+
+    fn letter(offset: i64, reason: &str, value: &[u8], cut: Option<(&str, &[u8])>) -> Record {
+        let mut headers: BTreeMap<String, String> = [
+            ("herald-dlq-reason", reason.to_owned()),
+            ("herald-dlq-source-topic", "t".to_owned()),
+            ("herald-dlq-source-partition", "0".to_owned()),
+            ("herald-dlq-source-offset", offset.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        if let Some((kind, original)) = cut {
+            headers.insert("herald-dlq-payload".into(), kind.into());
+            headers.insert("herald-dlq-original-size".into(), original.len().to_string());
+            headers.insert(
+                "herald-dlq-original-blake3".into(),
+                blake3::hash(original).to_hex().to_string(),
+            );
+        }
+        Record {
+            partition: 0,
+            offset: 0,
+            key: None,
+            value: Some(value.to_vec()),
+            headers,
+        }
+    }
+
+    #[test]
+    fn every_refused_input_needs_its_own_dead_letter_with_its_reason_and_a_true_payload() {
+        let big = vec![b'x'; 100];
+        let expected = [refused(1, b"bad", false), refused(2, &big, true)];
+        let good = [
+            letter(1, "invalid_value", b"bad", None),
+            letter(1, "invalid_value", b"bad", None),
+            letter(2, "invalid_value", &big[..10], Some(("prefix", &big))),
+        ];
+        let c = DeadLetterCheck::of(&good, &expected);
+        assert!(
+            c.missing.is_empty()
+                && c.unexpected.is_empty()
+                && c.wrong_reason.is_empty()
+                && c.bad_payload.is_empty(),
+            "{c:?}"
+        );
+        assert_eq!(c.cut, 1);
+        let omitted = [
+            letter(1, "invalid_value", b"bad", None),
+            letter(2, "invalid_value", b"", Some(("omitted", &big))),
+        ];
+        assert!(DeadLetterCheck::of(&omitted, &expected).bad_payload.is_empty());
+
+        let c = DeadLetterCheck::of(&good[..1], &expected);
+        assert_eq!(
+            c.missing,
+            ["case-2 at t[0]@2"],
+            "a refused input not dead-lettered"
+        );
+        let c = DeadLetterCheck::of(
+            &[good[0].clone(), good[2].clone(), letter(3, "not_json", b"", None)],
+            &expected,
+        );
+        assert_eq!(c.unexpected.len(), 1, "a valid input dead-lettered: {c:?}");
+        let c = DeadLetterCheck::of(
+            &[letter(1, "store_rejected", b"bad", None), good[2].clone()],
+            &expected,
+        );
+        assert_eq!(c.wrong_reason.len(), 1, "another reason: {c:?}");
+        for wrong in [
+            letter(1, "invalid_value", b"bat", None),
+            letter(2, "invalid_value", &big, None),
+            letter(2, "invalid_value", &big[..10], Some(("prefix", &big[..99]))),
+            letter(2, "invalid_value", &big, Some(("prefix", &big))),
+            letter(2, "invalid_value", b"x", Some(("omitted", &big))),
+        ] {
+            let other = if wrong.headers["herald-dlq-source-offset"] == "1" {
+                2
+            } else {
+                0
+            };
+            let c = DeadLetterCheck::of(&[wrong.clone(), good[other].clone()], &expected);
+            assert_eq!(c.bad_payload.len(), 1, "{wrong:?}: {c:?}");
+        }
+    }
 
     fn check(sends: i64, accepted: i64, unknown: i64) -> (i64, i64, i64) {
         let c = SendCheck::of(sends, accepted, unknown);

@@ -9,6 +9,7 @@
 
 pub mod faults;
 pub mod fleet;
+pub mod hostile;
 pub mod invariants;
 pub mod plan;
 pub mod rng;

@@ -104,7 +104,7 @@ impl Plan {
     }
 
     /// The seller id of `sellers[i]` in profiles and order events.
-    fn seller_id(i: usize) -> String {
+    pub fn seller_id(i: usize) -> String {
         format!("seller-{i}")
     }
 

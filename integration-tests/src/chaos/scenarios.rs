@@ -20,7 +20,7 @@ use crate::moto::{send_email_directly, MOTO};
 use crate::toxiproxy::Proxy;
 use crate::{wait_for, EnvOptions, TestEnv};
 
-pub const ALL: [&str; 11] = [
+pub const ALL: [&str; 12] = [
     "storm",
     "conflicts",
     "sigkill",
@@ -32,6 +32,7 @@ pub const ALL: [&str; 11] = [
     "ratelimit",
     "pause",
     "db-outage",
+    "hostile",
 ];
 
 pub async fn run(name: &str, scale: Scale, rng: &mut Rng) -> Result<Report> {
@@ -47,6 +48,7 @@ pub async fn run(name: &str, scale: Scale, rng: &mut Rng) -> Result<Report> {
         "ratelimit" => ratelimit(scale, rng).await,
         "pause" => pause(scale, rng).await,
         "db-outage" => db_outage(scale, rng).await,
+        "hostile" => hostile(scale, rng).await,
         other => anyhow::bail!("no scenario {other:?}; there are {}", ALL.join(", ")),
     }
 }
@@ -66,6 +68,9 @@ struct Run {
     canary: bool,
     /// Whether `finish` also proves, once, that (g) and (h) catch what they guard.
     fencing_canary: bool,
+    /// A healthy message's (topic, partition, offset): `finish` also proves that (e)
+    /// catches a dead letter of valid input, forged for it.
+    dead_letter_canary: Option<(String, i32, i64)>,
 }
 
 /// How a scenario's world is made: its name, its plan, and its configuration.
@@ -139,6 +144,7 @@ impl Setup {
             // The test configuration's default.
             max_attempts: 5,
             quiet_provider: self.quiet_provider,
+            refused: Vec::new(),
         };
         let mut vars = self.vars.clone();
         vars.extend([
@@ -175,6 +181,7 @@ impl Setup {
             watch,
             canary: false,
             fencing_canary: false,
+            dead_letter_canary: None,
         };
         Ok((run, fleet))
     }
@@ -288,6 +295,42 @@ impl Run {
         Ok(())
     }
 
+    /// Proves (e) can fail: a dead letter forged for a healthy message (as if Herald had
+    /// refused valid input) must come out as exactly one violation naming its offset.
+    async fn dead_letter_canary(&mut self, (topic, partition, offset): (String, i32, i64)) -> Result<()> {
+        use herald_kafka::headers::*;
+        let (p, o) = (partition.to_string(), offset.to_string());
+        crate::kafka::produce(
+            &crate::kafka::producer()?,
+            &self.env.topic("herald.dead-letter"),
+            None,
+            Some(b"canary"),
+            &[
+                (DLQ_REASON, "invalid_value"),
+                (DLQ_DETAIL, "canary: forged by herald-chaos"),
+                (DLQ_SOURCE_TOPIC, &topic),
+                (DLQ_SOURCE_PARTITION, &p),
+                (DLQ_SOURCE_OFFSET, &o),
+            ],
+        )
+        .await?;
+        let mut probe = Report::new("canary");
+        check(&self.env, &self.plan, &self.expect, &mut probe).await?;
+        let named = format!("{topic}[{partition}]@{offset}");
+        let caught = probe.violations.len() == 1
+            && probe.violations[0].starts_with("(e) valid input dead-lettered: 1: ")
+            && probe.violations[0].contains(&named);
+        self.report
+            .fig("canary_e", if caught { "caught" } else { "missed" });
+        if !caught {
+            self.report.violation(format!(
+                "canary_e: the checks missed a dead letter of valid input {named}: {:?}",
+                probe.violations
+            ));
+        }
+        Ok(())
+    }
+
     /// Starts producing the plan, spread over `over`.
     fn produce(&self, over: Duration) -> JoinHandle<Result<Production>> {
         tokio::spawn(produce_plan(
@@ -299,8 +342,13 @@ impl Run {
 
     /// Waits for the run to settle, checks the invariants, and adds the fleet's findings.
     /// The namespace is dropped when nothing was found; kept (and named) otherwise.
-    async fn finish(mut self, fleet: Fleet, production: JoinHandle<Result<Production>>) -> Result<Report> {
+    async fn finish(self, fleet: Fleet, production: JoinHandle<Result<Production>>) -> Result<Report> {
         let produced = production.await.context("production task")??;
+        self.finish_produced(fleet, produced).await
+    }
+
+    /// [`Run::finish`], once the plan was produced.
+    async fn finish_produced(mut self, fleet: Fleet, produced: Production) -> Result<Report> {
         anyhow::ensure!(produced.messages + produced.conflicts == self.plan.events());
         let mut fleet = fleet;
         let timeout = Duration::from_secs(self.scale.pick(180, 600));
@@ -313,6 +361,11 @@ impl Run {
         }
         if self.fencing_canary && self.report.violations.is_empty() {
             self.fencing_canary().await?;
+        }
+        if let Some(source) = self.dead_letter_canary.clone() {
+            if self.report.violations.is_empty() {
+                self.dead_letter_canary(source).await?;
+            }
         }
         // (h) The unknown attempts never fell while the scenario ran.
         let (samples, falls) = self.watch.stop();
@@ -362,6 +415,7 @@ async fn provider_behind_proxy(
     let options = EnvOptions {
         aws_endpoint: Some(proxy.url()),
         on_unknown,
+        ..EnvOptions::default()
     };
     Ok((proxy, options))
 }
@@ -542,6 +596,7 @@ async fn provider(scale: Scale, rng: &mut Rng) -> Result<Report> {
     let options = EnvOptions {
         aws_endpoint: Some(proxy.url()),
         on_unknown: "retry",
+        ..EnvOptions::default()
     };
     let (mut run, fleet) = Setup::new("provider", scale.pick(200, 1500), 2, 0.0)
         .options(options)
@@ -798,4 +853,159 @@ async fn db_outage(scale: Scale, rng: &mut Rng) -> Result<Report> {
     let report = run.finish(fleet, production).await;
     proxy.delete().await?;
     report
+}
+
+/// The most batch retries the `hostile` scenario tolerates in a run: it injects no
+/// transient fault, and a permanent error must be isolated, not retried.
+const MAX_BATCH_RETRIES: f64 = 3.0;
+
+/// Mutations of valid order events and seller profiles ([`super::hostile`]: bytes that are
+/// not UTF-8, truncations, U+0000 and other control characters, lone surrogate escapes,
+/// numbers beyond f64, deep nesting, wrong types, ids and values over the limits, some
+/// beyond the dead-letter topic's own `max.message.bytes`), interleaved with healthy
+/// orders and profiles on the same keys. Beyond (a)-(f): every mutation is dead-lettered
+/// with its reason (e), the ingest group's lag returns to 0 within a bound once the
+/// stream stops (j), no batch is retried more than [`MAX_BATCH_RETRIES`] times (k), and no
+/// herald process restarts (l).
+async fn hostile(scale: Scale, rng: &mut Rng) -> Result<Report> {
+    use super::hostile::{produce_stream, HostileStream, DEAD_LETTER_TOPIC_LIMIT, MAX_MESSAGE_BYTES_SETTING};
+    let options = EnvOptions {
+        topic_configs: vec![(
+            "herald.dead-letter",
+            "max.message.bytes",
+            DEAD_LETTER_TOPIC_LIMIT.to_string(),
+        )],
+        ..EnvOptions::default()
+    };
+    let (mut run, mut fleet) = Setup::new("hostile", scale.pick(100, 1500), 2, 0.0)
+        .options(options)
+        .vars(&[MAX_MESSAGE_BYTES_SETTING])
+        .start(scale, rng, &["ingest", "relay", "deliver"])
+        .await?;
+    let plan = Arc::get_mut(&mut run.plan).context("the plan is not shared before production")?;
+    let stream = HostileStream::new(plan, rng);
+    run.report.fig("refused_produced", stream.refused());
+    run.report.fig("padded_orders", stream.padded_orders);
+    let addrs = fleet.admin_addrs().await?;
+    let pids = fleet.pids();
+    let produced = produce_stream(&run.env, &stream, Duration::from_secs(scale.pick(8, 60))).await?;
+
+    // (j) Nothing holds a partition: the lag is gone soon after the stream stops.
+    let bound = Duration::from_secs(scale.pick(60, 120));
+    let (group, topics) = (
+        run.env.group("herald-ingest"),
+        [run.env.topic("order-events"), run.env.topic("seller-profiles")],
+    );
+    let lag = || crate::kafka::committed_lag(&group, &[&topics[0], &topics[1]]);
+    let t = Instant::now();
+    let drained = wait_for("the ingest lag to return to 0", bound, || async {
+        Ok((lag()? == 0).then_some(()))
+    })
+    .await;
+    run.report
+        .fig("ingest_lag0_s", format!("{:.1}", t.elapsed().as_secs_f64()));
+    if drained.is_err() {
+        run.report.violation(format!(
+            "(j) the ingest group is still {} behind {bound:?} after the stream stopped",
+            lag()?
+        ));
+    }
+
+    // (k) Batches retried, by the metric and by the log.
+    let metrics = crate::http::scrape(&addrs[0]).await?;
+    // Issue 14 names it `herald_ingest_batches_retried_total{class}`; the retry helper
+    // counts every loop in `herald_batches_retried_total{stage,class}`: either counts.
+    let retried = metric_sum(&metrics, "herald_ingest_batches_retried_total", "")
+        + metric_sum(&metrics, "herald_batches_retried_total", "stage=\"ingest\"");
+    let isolated = metric_sum(&metrics, "herald_ingest_messages_isolated_total", "");
+    let logged = fleet.members[0]
+        .process
+        .log()
+        .lines()
+        .filter(|l| l.contains("retrying"))
+        .count() as f64;
+    run.report.fig("batches_retried", retried);
+    run.report.fig("retries_logged", logged);
+    run.report.fig("isolated", isolated);
+    if retried.max(logged) > MAX_BATCH_RETRIES {
+        run.report.violation(format!(
+            "(k) ingest batches retried {} times (metric {retried}, log {logged}), at most {MAX_BATCH_RETRIES} \
+             allowed; last: {}",
+            retried.max(logged),
+            fleet.members[0]
+                .process
+                .log()
+                .lines()
+                .rfind(|l| l.contains("retrying"))
+                .unwrap_or("-")
+        ));
+    }
+
+    // (l) No herald process restarted.
+    fleet.note_exits();
+    if fleet.pids() != pids {
+        run.report
+            .violation("(l) a herald process exited or was replaced during the stream");
+    }
+
+    // Healthy profile re-emissions on the mutated keys were applied.
+    let db = crate::pg_connect(&run.env.db_url).await?;
+    let stored: std::collections::BTreeMap<String, (i64, Option<String>)> = db
+        .query("SELECT seller_id, version, email FROM sellers", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect();
+    for (i, version) in stream.seller_versions.iter().enumerate() {
+        let id = Plan::seller_id(i);
+        let expected = (*version, Some(run.plan.sellers[i].email.clone()));
+        if stored.get(&id) != Some(&expected) {
+            run.report.violation(format!(
+                "(e) seller {id}: stored {:?}, the newest healthy profile is {expected:?}",
+                stored.get(&id)
+            ));
+        }
+    }
+
+    run.dead_letter_canary = produced.healthy.first().cloned();
+    run.expect.refused = produced.refused;
+    let production = Production {
+        messages: run.plan.messages.len(),
+        conflicts: 0,
+    };
+    run.finish_produced(fleet, production).await
+}
+
+/// The sum of a metric's series whose labels contain `label` (any when empty) in a
+/// Prometheus text scrape; 0 when it has none.
+fn metric_sum(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                && l.contains(label)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_sum;
+
+    #[test]
+    fn a_metric_is_summed_over_its_series_with_the_label_asked_for() {
+        let text = "# TYPE herald_batches_retried_total counter
+herald_batches_retried_total{class=\"connection\",stage=\"ingest\"} 2
+herald_batches_retried_total{class=\"timeout\",stage=\"ingest\"} 1
+herald_batches_retried_total{class=\"connection\",stage=\"relay\"} 5
+herald_batches_retried_total_other 9
+";
+        assert_eq!(
+            metric_sum(text, "herald_batches_retried_total", "stage=\"ingest\""),
+            3.0
+        );
+        assert_eq!(metric_sum(text, "herald_batches_retried_total", ""), 8.0);
+        assert_eq!(metric_sum(text, "herald_ingest_batches_retried_total", ""), 0.0);
+    }
 }
