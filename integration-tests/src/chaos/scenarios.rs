@@ -986,7 +986,7 @@ fn metric_sum(text: &str, name: &str, label: &str) -> f64 {
                 && l.contains(label)
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+        .fold(0.0, |sum, v| sum + v)
 }
 
 #[cfg(test)]
