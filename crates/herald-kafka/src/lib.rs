@@ -32,8 +32,22 @@ pub enum KafkaError {
     PollThread(#[from] std::io::Error),
 }
 
+impl KafkaError {
+    /// Provisional: a message too large is the input's fault; anything else the
+    /// environment's.
+    pub fn class(&self) -> herald_core::ErrorClass {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        match self {
+            KafkaError::Client(e) if matches!(e.rdkafka_error_code(), Some(Code::MessageSizeTooLarge)) => {
+                herald_core::ErrorClass::Permanent("message_too_large")
+            }
+            _ => herald_core::ErrorClass::Transient("kafka"),
+        }
+    }
+}
+
 pub type Result<T, E = KafkaError> = std::result::Result<T, E>;
 
 /// The message type batches are made of, and the trait to read it.
-pub use rdkafka::message::OwnedMessage;
+pub use rdkafka::message::{OwnedMessage, Timestamp};
 pub use rdkafka::Message;
