@@ -152,75 +152,56 @@ mod tests {
         Schedule::new(Duration::from_millis(1), Duration::from_millis(4))
     }
 
-    #[tokio::test]
-    async fn transient_errors_are_retried_until_success() {
+    /// Runs `run_with_retries` on an operation that fails `failures` times with `class`,
+    /// then succeeds; returns its result and how many calls were made.
+    async fn flaky(
+        failures: u32,
+        class: ErrorClass,
+        should_retry: impl Fn(&Fails) -> ErrorClass,
+    ) -> (Result<u32, GaveUp<Fails>>, u32) {
         let m = metrics();
         let calls = AtomicU32::new(0);
-        let r = run_with_retries(
-            Stage {
-                name: "test",
-                metrics: &m,
-            },
-            || async {
-                match calls.fetch_add(1, Relaxed) {
-                    0..=2 => Err(Fails(ErrorClass::Transient("connection"))),
-                    n => Ok(n),
-                }
-            },
-            |e: &Fails| e.0,
-            quick(),
-            None,
-        )
-        .await;
+        let stage = Stage {
+            name: "test",
+            metrics: &m,
+        };
+        let op = || async {
+            match calls.fetch_add(1, Relaxed) {
+                n if n < failures => Err(Fails(class)),
+                n => Ok(n),
+            }
+        };
+        let r = run_with_retries(stage, op, should_retry, quick(), None).await;
+        (r, calls.load(Relaxed))
+    }
+
+    #[tokio::test]
+    async fn transient_errors_are_retried_until_success() {
+        let (r, calls) = flaky(3, ErrorClass::Transient("connection"), |e| e.0).await;
         assert_eq!(r.unwrap(), 3);
+        assert_eq!(calls, 4);
     }
 
     #[tokio::test]
     async fn a_permanent_error_is_handed_back_at_once() {
-        let m = metrics();
-        let calls = AtomicU32::new(0);
-        let r: Result<(), _> = run_with_retries(
-            Stage {
-                name: "test",
-                metrics: &m,
-            },
-            || async {
-                calls.fetch_add(1, Relaxed);
-                Err(Fails(ErrorClass::Permanent("data_exception")))
-            },
-            |e: &Fails| e.0,
-            quick(),
-            None,
-        )
-        .await;
+        let (r, calls) = flaky(u32::MAX, ErrorClass::Permanent("data_exception"), |e| e.0).await;
         assert!(matches!(
             r,
             Err(GaveUp::Permanent(_, ErrorClass::Permanent("data_exception")))
         ));
-        assert_eq!(calls.load(Relaxed), 1, "never retried");
+        assert_eq!(calls, 1, "never retried");
     }
 
     #[tokio::test]
     async fn always_retries_even_a_permanent_error() {
-        let m = metrics();
-        let calls = AtomicU32::new(0);
-        let r = run_with_retries(
-            Stage {
-                name: "test",
-                metrics: &m,
-            },
-            || async {
-                match calls.fetch_add(1, Relaxed) {
-                    0 => Err(Fails(ErrorClass::Permanent("data_exception"))),
-                    n => Ok(n),
-                }
-            },
+        let (r, calls) = flaky(
+            1,
+            ErrorClass::Permanent("data_exception"),
             always(|e: &Fails| e.0),
-            quick(),
-            None,
         )
         .await;
         assert_eq!(r.unwrap(), 1);
+        assert_eq!(calls, 2);
     }
 
     #[test]
