@@ -715,6 +715,15 @@ impl Config {
         format!("{}{name}", self.kafka.topic_prefix)
     }
 
+    /// The topics Herald's ingest consumes, with the prefix: the only ones a dead-letter
+    /// replay writes to.
+    pub fn ingest_topics(&self) -> Vec<String> {
+        vec![
+            self.topic(&self.kafka.topics.order_events),
+            self.topic(&self.kafka.topics.seller_profiles),
+        ]
+    }
+
     pub fn group(&self, group: &str) -> String {
         format!("{}{group}", self.kafka.topic_prefix)
     }
