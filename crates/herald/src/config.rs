@@ -523,6 +523,11 @@ impl Config {
         if self.kafka.brokers.trim().is_empty() {
             bail!("kafka.brokers is empty");
         }
+        for key in self.kafka.properties.keys() {
+            if let Some(why) = herald_kafka::client::refused_property(key) {
+                bail!("kafka.properties.\"{key}\" cannot be set: {why}");
+            }
+        }
         range(
             "kafka.replication_factor",
             self.kafka.replication_factor as u64,
@@ -895,6 +900,34 @@ mod tests {
         assert!(format!("{e:#}").contains("fax"), "{e:#}");
         let e = load_str("[database]\nurl = \"postgres://h:notaport/db\"").unwrap_err();
         assert!(format!("{e:#}").contains("database.url"), "{e:#}");
+    }
+
+    #[test]
+    fn properties_that_would_break_the_offset_discipline_are_refused_naming_the_key() {
+        for (key, why) in [
+            ("auto.offset.reset", "skip"),
+            ("enable.auto.offset.store", "durable"),
+            ("enable.auto.commit", "durable"),
+            ("auto.commit.enable", "durable"),
+            ("group.id", "ingest.group_id"),
+            ("isolation.level", "aborted"),
+            ("enable.idempotence", "duplicate"),
+            ("acks", "acks=all"),
+            ("request.required.acks", "acks=all"),
+        ] {
+            let e = load_str(&format!("[kafka.properties]\n\"{key}\" = \"x\"")).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains(&format!("kafka.properties.\"{key}\"")), "{key}: {e}");
+            assert!(e.contains(why), "{key}: {e}");
+        }
+        // Case and spaces do not get around it.
+        assert!(load_str("[kafka.properties]\n\" Auto.Offset.Reset \" = \"latest\"").is_err());
+        // Tuning and security stay settable.
+        let c = load_str(
+            "[kafka.properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = \"6000\"",
+        )
+        .unwrap();
+        assert_eq!(c.kafka.properties.len(), 2);
     }
 
     #[test]
