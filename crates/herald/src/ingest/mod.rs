@@ -33,7 +33,12 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let order_topic = config.topic(&config.kafka.topics.order_events);
     let seller_topic = config.topic(&config.kafka.topics.seller_profiles);
     let settings = config.kafka_settings();
-    let consumer = BatchConsumer::subscribe(&settings, &group, &[&order_topic, &seller_topic])?;
+    let consumer = BatchConsumer::subscribe(
+        &settings,
+        &group,
+        &[&order_topic, &seller_topic],
+        config.ingest.prefetch_max_kbytes,
+    )?;
     let dead_letters =
         DeadLetterProducer::new(&settings, &config.topic(&config.kafka.topics.dead_letter), &group)?;
     let stats = Arc::new(IngestStats::new(obs.metrics.clone()));
@@ -62,7 +67,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     'poll: loop {
         let batch = tokio::select! {
             _ = shutdown.requested() => break 'poll,
-            b = consumer.next_batch(max, linger) => b,
+            b = consumer.next_batch(max, config.ingest.batch_max_bytes, linger) => b,
         };
         let batch = match batch {
             Ok(b) => b,
