@@ -19,7 +19,7 @@ TOOL         := $(LOCAL)/tool.sh
 STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka
 
 .PHONY: help deps build lint fmt-check clippy rules deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
-        stack-up stack-down stack-status migrate topics templates run ingest-rate delivery-rate
+        stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate
 
 help:
 	@echo "make demo          bring the local stack up and run Herald on sample orders"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench         the full benchmark (< 15 min): bench/results/, BENCHMARKS.md"
 	@echo "make bench-quick   one size of each measurement"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
+	@echo "make ingest-memory peak RSS of ingest on large dead-lettered events (MESSAGES=300 MESSAGE_BYTES=1040247)"
 	@echo "make delivery-rate measure the delivery rate (ORDERS=1000 IN_FLIGHT=64 LATENCY_MS=50 PROVIDER=standin|moto)"
 
 deps:
@@ -132,6 +133,15 @@ EVENTS ?= 20000
 BATCH  ?= 500
 ingest-rate: build stack-up
 	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-ingest-rate $(EVENTS) $(BATCH)
+
+# Peak RSS (VmHWM) of one ingest process consuming MESSAGES order events of MESSAGE_BYTES,
+# each dead-lettered as a prefix; bounded (10 min at most) and self-stopping. The ingest
+# bounds are Herald's defaults unless HERALD_INGEST__BATCH_MAX_BYTES,
+# HERALD_INGEST__PREFETCH_MAX_KBYTES, ... are set.
+MESSAGES      ?= 300
+MESSAGE_BYTES ?= 1040247
+ingest-memory: build stack-up
+	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-ingest-memory $(MESSAGES) $(MESSAGE_BYTES)
 
 # A quick delivery-rate measurement: ORDERS x 2 intents, IN_FLIGHT attempts at once,
 # LATENCY_MS added to every provider answer by toxiproxy.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
@@ -76,6 +76,65 @@ pub async fn produce_to(
         .map_err(|(e, _)| e)
         .with_context(|| format!("producing to {topic}"))?;
     Ok((delivery.partition, delivery.offset))
+}
+
+/// A producer whose own size limit (`message.max.bytes`) is `max_bytes`, for messages
+/// larger than librdkafka's default 1,000,000 bytes.
+pub fn large_producer(max_bytes: usize) -> Result<FutureProducer> {
+    Ok(ClientConfig::new()
+        .set("bootstrap.servers", BROKERS)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.max.bytes", max_bytes.to_string())
+        .create()?)
+}
+
+/// Sets `max.message.bytes` of `topic` and waits until the broker reports it. (A
+/// non-incremental alter: the topic's other overrides return to the broker's defaults,
+/// which on the single-node local stack are what Herald sets.)
+pub async fn set_max_message_bytes(topic: &str, bytes: usize) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", BROKERS).create()?;
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+    let value = bytes.to_string();
+    let alter = AlterConfig::new(ResourceSpecifier::Topic(topic)).set("max.message.bytes", &value);
+    for r in admin.alter_configs([&alter], &opts).await? {
+        r.map_err(|(_, code)| anyhow::anyhow!("altering {topic}: {code:?}"))?;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
+            .await?;
+        let now = described
+            .into_iter()
+            .next()
+            .and_then(|r| r.ok())
+            .and_then(|c| c.get("max.message.bytes").and_then(|e| e.value.clone()));
+        if now.as_deref() == Some(value.as_str()) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{topic}: max.message.bytes is {now:?}, not {value}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The high watermark of every partition of `topic`, summed: how many messages it holds.
+pub fn end_offsets(topic: &str) -> Result<i64> {
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", BROKERS).create()?;
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let mut sum = 0;
+    for t in md.topics().iter().filter(|t| t.name() == topic) {
+        for p in t.partitions() {
+            sum += consumer
+                .fetch_watermarks(topic, p.id(), Duration::from_secs(10))?
+                .1;
+        }
+    }
+    Ok(sum)
 }
 
 pub async fn flush(p: &FutureProducer) -> Result<()> {

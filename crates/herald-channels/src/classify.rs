@@ -148,7 +148,7 @@ fn outcome(class: Class, category: ErrorCategory, detail: impl Into<String>) -> 
 pub(crate) fn accepted(provider_message_id: Option<String>) -> Outcome {
     match provider_message_id {
         Some(id) if !id.is_empty() => Outcome::Accepted {
-            provider_message_id: id,
+            provider_message_id: storable(id),
         },
         _ => outcome(
             Class::Unknown,
@@ -307,7 +307,26 @@ fn mentions_unverified(message: Option<&str>) -> bool {
     message.is_some_and(|m| m.to_ascii_lowercase().contains("not verified"))
 }
 
-fn bounded(mut detail: String) -> String {
+/// Provider text as the attempt ledger can store it: control characters (U+0000 above all,
+/// which PostgreSQL's text refuses, so a provider answering with one would fail the record
+/// of a send that happened, again and again) become U+FFFD; line breaks and tabs stay.
+pub(crate) fn storable(text: String) -> String {
+    if text.chars().all(|c| !c.is_control() || c == '\n' || c == '\t') {
+        return text;
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                char::REPLACEMENT_CHARACTER
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+fn bounded(detail: String) -> String {
+    let mut detail = storable(detail);
     if detail.len() > MAX_DETAIL {
         let mut end = MAX_DETAIL;
         while !detail.is_char_boundary(end) {

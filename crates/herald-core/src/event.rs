@@ -31,6 +31,10 @@ pub enum DeadLetterReason {
     BadKey,
     TemplateMissing,
     RenderFailed,
+    /// Decoded and planned, but PostgreSQL refused to store it (a data exception or a
+    /// constraint the decoder does not know of): found by bisecting its batch. The detail
+    /// names the SQLSTATE.
+    StoreRejected,
 }
 
 impl DeadLetterReason {
@@ -45,6 +49,7 @@ impl DeadLetterReason {
             DeadLetterReason::BadKey => "bad_key",
             DeadLetterReason::TemplateMissing => "template_missing",
             DeadLetterReason::RenderFailed => "render_failed",
+            DeadLetterReason::StoreRejected => "store_rejected",
         }
     }
 }
@@ -177,7 +182,13 @@ pub fn decode_object(bytes: &[u8], max_bytes: usize) -> Result<Map<String, Value
         Ok(v)
     });
     match parsed {
-        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Object(map)) => match unstorable(&map) {
+            None => Ok(map),
+            Some(path) => Err(DecodeError::new(
+                DeadLetterReason::InvalidValue,
+                format!("field {path} holds U+0000, which PostgreSQL cannot store in text or jsonb"),
+            )),
+        },
         Ok(_) => Err(DecodeError::new(
             DeadLetterReason::NotJson,
             "value is JSON but not an object",
@@ -191,6 +202,43 @@ pub fn decode_object(bytes: &[u8], max_bytes: usize) -> Result<Map<String, Value
             format!("value is not JSON: {e}"),
         )),
     }
+}
+
+/// The path (`order.items[2].name`) of the first string or object key holding U+0000:
+/// the one code point valid JSON and UTF-8 carry that PostgreSQL's text and jsonb refuse
+/// (SQLSTATE 22021 / 22P05). Refused here, at decode, the event is dead-lettered with the
+/// field named instead of failing the database transaction of its whole batch.
+pub fn unstorable(document: &Map<String, Value>) -> Option<String> {
+    fn key_path(parent: &str, key: &str) -> String {
+        let plain = !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        match (parent.is_empty(), plain) {
+            (true, true) => key.to_owned(),
+            (true, false) => format!("{key:?}"),
+            (false, true) => format!("{parent}.{key}"),
+            (false, false) => format!("{parent}.{key:?}"),
+        }
+    }
+    fn walk_object(parent: &str, map: &Map<String, Value>) -> Option<String> {
+        map.iter().find_map(|(k, v)| {
+            let path = key_path(parent, k);
+            if k.contains('\0') {
+                return Some(path);
+            }
+            walk(&path, v)
+        })
+    }
+    fn walk(path: &str, v: &Value) -> Option<String> {
+        match v {
+            Value::String(s) if s.contains('\0') => Some(path.to_owned()),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, item)| walk(&format!("{path}[{i}]"), item)),
+            Value::Object(map) => walk_object(path, map),
+            _ => None,
+        }
+    }
+    walk_object("", document)
 }
 
 /// JSON into a [`Value`], refusing an object that holds the same key twice: serde_json
@@ -401,6 +449,35 @@ mod tests {
             "nesting beyond the parser's depth limit"
         );
         assert_eq!(reason("[1,2]"), DeadLetterReason::NotJson);
+        for (input, path) in [
+            (SAMPLE.replace("\"EUR\"", "\"EU\\u0000R\""), "order.currency"),
+            (
+                SAMPLE.replace("\"item_count\":3", "\"items\":[\"a\",\"\\u0000\"]"),
+                "order.items[1]",
+            ),
+            (
+                SAMPLE.replace("\"item_count\":3", "\"it\\u0000em\":3"),
+                "order.\"it\\0em\"",
+            ),
+            (SAMPLE.replace("}}", "},\"note\":\"\\u0000\"}"), "note"),
+        ] {
+            let e = decode(&input).unwrap_err();
+            assert_eq!(e.reason, DeadLetterReason::InvalidValue, "{input}");
+            assert!(
+                e.detail.starts_with(&format!("field {path} holds U+0000")),
+                "{}",
+                e.detail
+            );
+        }
+        assert_eq!(
+            reason(&SAMPLE.replace("\"EUR\"", "\"\\ud800\"")),
+            DeadLetterReason::NotJson,
+            "a lone surrogate escape"
+        );
+        assert!(
+            decode(&SAMPLE.replace("\"EUR\"", "\"\\\\u0000\"")).is_ok(),
+            "an escaped backslash followed by the text u0000 is storable"
+        );
         assert_eq!(
             reason(&SAMPLE.replace("\"order_id\":\"8042\",", "")),
             DeadLetterReason::MissingField

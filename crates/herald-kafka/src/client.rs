@@ -5,6 +5,37 @@ use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
 
+/// Why a `[kafka.properties]` key is refused, if it is: the settings that make Herald's
+/// at-least-once promise and its offset discipline (configuration refuses them at load,
+/// naming the key; the clients below set them last as well, so nothing can change them).
+pub fn refused_property(key: &str) -> Option<&'static str> {
+    let why = match key.trim().to_ascii_lowercase().as_str() {
+        "auto.offset.reset" => {
+            "a group without a committed offset starts from the earliest message; \
+             `latest` would skip everything produced before its first commit"
+        }
+        "enable.auto.commit" | "auto.commit.enable" | "enable.auto.offset.store" | "offset.store.method" => {
+            "Herald stores an offset only once the message's work is durable and lets \
+             librdkafka commit the stored offsets; committing what was merely handed out would \
+             lose messages in a crash"
+        }
+        "group.id" => {
+            "consumer groups are ingest.group_id and delivery.group_id (with kafka.topic_prefix); \
+             one id for every client would merge them"
+        }
+        "isolation.level" => {
+            "consumers read committed messages only; read_uncommitted would process aborted \
+             transactions' messages"
+        }
+        "enable.idempotence" | "acks" | "request.required.acks" => {
+            "the producers are idempotent with acks=all: anything less can lose or duplicate a \
+             published delivery or dead letter"
+        }
+        _ => return None,
+    };
+    Some(why)
+}
+
 #[derive(Debug, Clone)]
 pub struct KafkaSettings {
     pub brokers: String,

@@ -1,6 +1,21 @@
 //! The dead-letter producer: poison input goes to `herald.dead-letter` with headers that
 //! name the reason and the source topic, partition and offset, and the original key, value
 //! and trace headers, so nothing is lost and it can be replayed once fixed.
+//!
+//! The dead-letter topic always takes the record. A message Herald consumed can be too
+//! large to copy whole (librdkafka's `message.max.bytes` is 1,000,000 by default, a topic
+//! accepts 1,048,588; the dead-letter topic may be configured smaller still). When the
+//! whole copy is refused permanently, the dead letter carries less, in two steps:
+//!
+//! 1. `prefix`: the value's first [`PREFIX_BYTES`] bytes, the key only if it is at most
+//!    [`MAX_FALLBACK_KEY`] bytes (else none), of the original headers only a valid
+//!    `traceparent` and a bounded `tracestate`, plus [`DLQ_PAYLOAD`]`=prefix`,
+//!    [`DLQ_ORIGINAL_SIZE`] and [`DLQ_ORIGINAL_BLAKE3`] (of the whole value);
+//! 2. `omitted`: Herald's own dead-letter headers only, with the size and the digest.
+//!
+//! The whole message stays at its source offset (until the source topic's retention),
+//! where the size and digest identify it. Transient errors are never retried here: they
+//! are returned, and the caller retries the batch with backoff.
 
 use std::time::Duration;
 
@@ -8,6 +23,7 @@ use futures::future::try_join_all;
 use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Message;
+use tracing::warn;
 
 use crate::headers::*;
 use crate::{KafkaError, KafkaSettings, Result};
@@ -29,87 +45,197 @@ pub struct DeadLetterProducer {
 /// Longest detail kept in a header; details quote input, which may be huge.
 const MAX_DETAIL: usize = 1024;
 
+/// Bytes of the original value a `prefix` dead letter keeps: enough to read the event's
+/// kind, ids and first fields; with the key, Herald's headers and the trace headers the
+/// record stays under 20,000 bytes, far below any topic's plausible `max.message.bytes`.
+pub const PREFIX_BYTES: usize = 16 * 1024;
+
+/// Longest key a `prefix` dead letter keeps; a longer key is left out rather than cut
+/// (a cut key would name another record).
+pub const MAX_FALLBACK_KEY: usize = 1024;
+
+/// Longest `tracestate` a `prefix` dead letter keeps (W3C's own limit is 512 characters).
+const MAX_TRACESTATE: usize = 512;
+
+/// How much of the original a dead letter carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// Key, value and every header as they were.
+    Whole,
+    /// Bounded: see the module documentation.
+    Prefix,
+    /// Herald's headers only.
+    Omitted,
+}
+
+/// The original value's size and digest, for the bounded forms.
+struct Original {
+    size: String,
+    blake3: String,
+}
+
 impl DeadLetterProducer {
     pub fn new(settings: &KafkaSettings, topic: &str, group: &str) -> Result<Self> {
+        let mut config = settings.producer();
+        // One record per produce batch: the broker judges a batch against the topic's
+        // `max.message.bytes` as a whole and librdkafka does not split a refused batch,
+        // so two dead letters that each fit could otherwise be refused together.
+        config.set("batch.num.messages", "1");
         Ok(Self {
-            producer: settings.producer().create()?,
+            producer: config.create()?,
             topic: topic.to_owned(),
             group: group.to_owned(),
         })
     }
 
     /// Produces all and waits until the broker acknowledged every one. Fails as a whole
-    /// if any is not acknowledged (the caller then keeps the offsets unstored and retries).
+    /// if any is not acknowledged (the caller then keeps the offsets unstored and retries;
+    /// the letters already acknowledged are produced again then, which a reader of the
+    /// dead-letter topic sees as a repeated source offset).
     pub async fn send_all(&self, letters: &[DeadLetter<'_>]) -> Result<()> {
         let sends = letters.iter().map(|l| self.send(l));
         try_join_all(sends).await?;
         Ok(())
     }
 
+    /// Whole, else `prefix`, else `omitted`; the next form only after a permanent refusal.
+    /// A transient error is returned as it is. A permanent refusal of the headers-only
+    /// record is returned too: it needs a dead-letter topic whose `max.message.bytes` is
+    /// below a few kilobytes (or that refuses keyless records), a deployment to fix.
     async fn send(&self, l: &DeadLetter<'_>) -> Result<()> {
+        let refused = match self.produce(l, Form::Whole, None).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.class().is_transient() => return Err(e),
+            Err(e) => e,
+        };
+        let value = l.message.payload().unwrap_or_default();
+        let original = Original {
+            size: value.len().to_string(),
+            blake3: blake3::hash(value).to_hex().to_string(),
+        };
+        warn!(topic = %self.topic, source_topic = l.message.topic(), partition = l.message.partition(),
+              offset = l.message.offset(), bytes = value.len(), refused = refused.class().label(),
+              "dead-letter topic refused the whole message; producing a bounded prefix");
+        let refused = match self.produce(l, Form::Prefix, Some(&original)).await {
+            Ok(()) => return Ok(()),
+            Err(e) if e.class().is_transient() => return Err(e),
+            Err(e) => e,
+        };
+        warn!(topic = %self.topic, source_topic = l.message.topic(), partition = l.message.partition(),
+              offset = l.message.offset(), refused = refused.class().label(),
+              "dead-letter topic refused the prefix; producing Herald's headers only");
+        self.produce(l, Form::Omitted, Some(&original)).await
+    }
+
+    async fn produce(&self, l: &DeadLetter<'_>, form: Form, original: Option<&Original>) -> Result<()> {
         let m = l.message;
-        let mut detail = l.detail.clone();
-        if detail.len() > MAX_DETAIL {
-            let mut cut = MAX_DETAIL;
-            while !detail.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            detail.truncate(cut);
-            detail.push('…');
-        }
+        let detail = bounded(&l.detail, MAX_DETAIL);
         let partition = m.partition().to_string();
         let offset = m.offset().to_string();
         let timestamp = m.timestamp().to_millis().map(|t| t.to_string());
-        let mut headers = OwnedHeaders::new()
-            .insert(Header {
-                key: DLQ_REASON,
-                value: Some(l.reason),
-            })
-            .insert(Header {
-                key: DLQ_DETAIL,
-                value: Some(detail.as_str()),
-            })
-            .insert(Header {
-                key: DLQ_SOURCE_TOPIC,
-                value: Some(m.topic()),
-            })
-            .insert(Header {
-                key: DLQ_SOURCE_PARTITION,
-                value: Some(partition.as_str()),
-            })
-            .insert(Header {
-                key: DLQ_SOURCE_OFFSET,
-                value: Some(offset.as_str()),
-            })
-            .insert(Header {
-                key: DLQ_CONSUMER_GROUP,
-                value: Some(self.group.as_str()),
-            });
+        let mut own: Vec<(&str, &str)> = vec![
+            (DLQ_REASON, l.reason),
+            (DLQ_DETAIL, detail.as_str()),
+            (DLQ_SOURCE_TOPIC, m.topic()),
+            (DLQ_SOURCE_PARTITION, partition.as_str()),
+            (DLQ_SOURCE_OFFSET, offset.as_str()),
+            (DLQ_CONSUMER_GROUP, self.group.as_str()),
+        ];
         if let Some(ts) = &timestamp {
+            own.push((DLQ_SOURCE_TIMESTAMP, ts.as_str()));
+        }
+        if let Some(o) = original {
+            let payload = if form == Form::Prefix { "prefix" } else { "omitted" };
+            own.extend([
+                (DLQ_PAYLOAD, payload),
+                (DLQ_ORIGINAL_SIZE, o.size.as_str()),
+                (DLQ_ORIGINAL_BLAKE3, o.blake3.as_str()),
+            ]);
+        }
+        let mut headers = OwnedHeaders::new_with_capacity(own.len() + 2);
+        for (key, value) in own {
             headers = headers.insert(Header {
-                key: DLQ_SOURCE_TIMESTAMP,
-                value: Some(ts.as_str()),
+                key,
+                value: Some(value),
             });
         }
-        if let Some(original) = m.headers() {
-            for h in original.iter() {
-                headers = headers.insert(Header {
-                    key: h.key,
-                    value: h.value,
-                });
+        let original_headers = m.headers().into_iter().flat_map(|h| h.iter());
+        match form {
+            Form::Whole => {
+                for h in original_headers {
+                    headers = headers.insert(Header {
+                        key: h.key,
+                        value: h.value,
+                    });
+                }
             }
+            Form::Prefix => {
+                for h in original_headers {
+                    let value = h.value.and_then(|v| std::str::from_utf8(v).ok());
+                    let keep = match (h.key, value) {
+                        (TRACEPARENT, Some(v)) => valid_traceparent(v).is_some(),
+                        (TRACESTATE, Some(v)) => v.len() <= MAX_TRACESTATE,
+                        _ => false,
+                    };
+                    if keep {
+                        headers = headers.insert(Header {
+                            key: h.key,
+                            value: h.value,
+                        });
+                    }
+                }
+            }
+            Form::Omitted => {}
         }
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(headers);
-        if let Some(k) = m.key() {
-            record = record.key(k);
-        }
-        if let Some(v) = m.payload() {
-            record = record.payload(v);
+        let value = m.payload();
+        match form {
+            Form::Whole => {
+                if let Some(k) = m.key() {
+                    record = record.key(k);
+                }
+                if let Some(v) = value {
+                    record = record.payload(v);
+                }
+            }
+            Form::Prefix => {
+                if let Some(k) = m.key().filter(|k| k.len() <= MAX_FALLBACK_KEY) {
+                    record = record.key(k);
+                }
+                let v = value.unwrap_or_default();
+                record = record.payload(&v[..v.len().min(PREFIX_BYTES)]);
+            }
+            Form::Omitted => {}
         }
         self.producer
             .send(record, Duration::from_secs(30))
             .await
             .map_err(|(e, _)| KafkaError::Client(e))?;
         Ok(())
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary, with an ellipsis when cut.
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut cut = max;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}…", &s[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded;
+
+    #[test]
+    fn details_are_cut_at_a_character_boundary() {
+        assert_eq!(bounded("abc", 3), "abc");
+        assert_eq!(bounded("abcd", 3), "abc…");
+        // 'é' is two bytes: a cut inside it moves back.
+        assert_eq!(bounded("aéb", 2), "a…");
     }
 }

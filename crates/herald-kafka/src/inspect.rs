@@ -154,6 +154,9 @@ pub struct DeadLetterRecord {
     pub consumer_group: Option<String>,
     pub key: Option<String>,
     pub payload_bytes: usize,
+    /// `prefix` or `omitted` when the record does not carry the original value whole
+    /// (the dead-letter topic refused it); `None` when it does.
+    pub payload: Option<String>,
     #[serde(skip)]
     raw_key: Option<Vec<u8>>,
     #[serde(skip)]
@@ -212,6 +215,7 @@ pub fn read_dead_letters(
             consumer_group: h(DLQ_CONSUMER_GROUP),
             key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
             payload_bytes: m.payload().map_or(0, <[u8]>::len),
+            payload: h(DLQ_PAYLOAD),
             raw_key: m.key().map(<[u8]>::to_vec),
             raw_payload: m.payload().map(<[u8]>::to_vec),
             headers: m
@@ -267,22 +271,95 @@ impl ReplaySelection {
     }
 }
 
-/// Produces each record back to its source topic with its original key, value and
-/// headers (Herald's dead-letter headers removed, [`REPLAYED_FROM`] added), and waits
-/// until every one is acknowledged (in order; the first failure stops the replay and is
-/// returned with the count already acknowledged in the error). Ingest converges replays
+/// Why a dead-letter record is not replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplayRefusal {
+    /// No `herald-dlq-source-topic` header: nothing says where it came from.
+    NoSourceTopic,
+    /// The source header names a topic Herald's ingest does not consume. The header is
+    /// input like any other (a producer can write it): replay never writes elsewhere.
+    ForeignTopic(String),
+    /// The record carries a prefix of the value or none (`herald-dlq-payload`); the whole
+    /// message is at its source offset.
+    PartialPayload(String),
+}
+
+impl std::fmt::Display for ReplayRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayRefusal::NoSourceTopic => write!(f, "no source topic header"),
+            ReplayRefusal::ForeignTopic(t) => write!(
+                f,
+                "source topic {t:?} is not one Herald's ingest consumes; replay writes only to those"
+            ),
+            ReplayRefusal::PartialPayload(p) => write!(
+                f,
+                "the record holds the value's {p}, not the whole message; read it at its source offset"
+            ),
+        }
+    }
+}
+
+/// A record not replayed, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct RefusedReplay {
+    pub partition: i32,
+    pub offset: i64,
+    pub source_topic: Option<String>,
+    pub refusal: String,
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ReplayReport {
+    pub replayed: usize,
+    pub refused: Vec<RefusedReplay>,
+}
+
+/// Where `r` may be replayed: its source topic, if that is one of `ingest_topics` (the
+/// full names, with the prefix, of the topics Herald's ingest consumes) and the record
+/// holds the whole original message.
+pub fn replay_target<'r>(r: &'r DeadLetterRecord, ingest_topics: &[&str]) -> Result<&'r str, ReplayRefusal> {
+    let source = r.source_topic.as_deref().ok_or(ReplayRefusal::NoSourceTopic)?;
+    if !ingest_topics.contains(&source) {
+        return Err(ReplayRefusal::ForeignTopic(source.to_owned()));
+    }
+    if let Some(p) = &r.payload {
+        return Err(ReplayRefusal::PartialPayload(p.clone()));
+    }
+    Ok(source)
+}
+
+/// Produces each record whose [`replay_target`] is allowed back to its source topic with
+/// its original key, value and headers (Herald's dead-letter headers removed,
+/// [`REPLAYED_FROM`] added), and waits until every one is acknowledged (in order; the
+/// first failure stops the replay and is returned; the records before it are already
+/// written). The others are listed in the report, never produced. Ingest converges replays
 /// like any duplicate, so replaying a record twice is harmless.
 pub async fn replay(
     settings: &KafkaSettings,
     dead_letter_topic: &str,
+    ingest_topics: &[&str],
     records: &[DeadLetterRecord],
-) -> Result<usize> {
-    let producer: FutureProducer = settings.producer().create()?;
+) -> Result<ReplayReport> {
+    let mut report = ReplayReport::default();
+    let mut allowed = Vec::new();
     for r in records {
-        let source = r.source_topic.as_deref().ok_or_else(|| KafkaError::Topic {
-            topic: dead_letter_topic.to_owned(),
-            detail: format!("record {}@{} has no source topic header", r.partition, r.offset),
-        })?;
+        match replay_target(r, ingest_topics) {
+            Ok(topic) => allowed.push((topic, r)),
+            Err(refusal) => report.refused.push(RefusedReplay {
+                partition: r.partition,
+                offset: r.offset,
+                source_topic: r.source_topic.clone(),
+                refusal: refusal.to_string(),
+            }),
+        }
+    }
+    if allowed.is_empty() {
+        return Ok(report);
+    }
+    let producer: FutureProducer = settings.producer().create()?;
+    for (source, r) in allowed {
         let from = format!("{dead_letter_topic}/{}@{}", r.partition, r.offset);
         let mut headers = OwnedHeaders::new();
         for (k, v) in r.headers.iter().filter(|(k, _)| !k.starts_with("herald-dlq-")) {
@@ -306,6 +383,91 @@ pub async fn replay(
             .send(record, Duration::from_secs(30))
             .await
             .map_err(|(e, _)| KafkaError::Client(e))?;
+        report.replayed += 1;
     }
-    Ok(records.len())
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(source: Option<&str>, payload: Option<&str>) -> DeadLetterRecord {
+        DeadLetterRecord {
+            partition: 0,
+            offset: 7,
+            timestamp_ms: None,
+            reason: "invalid_json".into(),
+            detail: String::new(),
+            source_topic: source.map(str::to_owned),
+            source_partition: Some(1),
+            source_offset: Some(2),
+            consumer_group: Some("p-herald-ingest".into()),
+            key: None,
+            payload_bytes: 3,
+            payload: payload.map(str::to_owned),
+            raw_key: None,
+            raw_payload: Some(b"{}x".to_vec()),
+            headers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn replay_writes_only_to_the_topics_ingest_consumes() {
+        let ingest = ["p-order-events", "p-seller-profiles"];
+        assert_eq!(
+            replay_target(&record(Some("p-order-events"), None), &ingest),
+            Ok("p-order-events")
+        );
+        assert_eq!(
+            replay_target(&record(Some("p-seller-profiles"), None), &ingest),
+            Ok("p-seller-profiles")
+        );
+        for foreign in [
+            "p-herald.deliveries",
+            "p-herald.dead-letter",
+            "order-events",
+            "payments",
+            "",
+        ] {
+            assert_eq!(
+                replay_target(&record(Some(foreign), None), &ingest),
+                Err(ReplayRefusal::ForeignTopic(foreign.to_owned())),
+                "{foreign:?}"
+            );
+        }
+        assert_eq!(
+            replay_target(&record(None, None), &ingest),
+            Err(ReplayRefusal::NoSourceTopic)
+        );
+        assert_eq!(
+            replay_target(&record(Some("p-order-events"), Some("prefix")), &ingest),
+            Err(ReplayRefusal::PartialPayload("prefix".into()))
+        );
+        let why = ReplayRefusal::ForeignTopic("payments".into()).to_string();
+        assert!(
+            why.contains("\"payments\"") && why.contains("not one Herald's ingest consumes"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_record_is_reported_and_nothing_is_produced() {
+        // No broker at this address: a produce would fail; refusals alone need none.
+        let settings = KafkaSettings {
+            brokers: "127.0.0.1:1".into(),
+            client_id: "herald-test".into(),
+            properties: Default::default(),
+        };
+        let records = [
+            record(Some("payments"), None),
+            record(Some("p-order-events"), Some("omitted")),
+        ];
+        let report = replay(&settings, "p-herald.dead-letter", &["p-order-events"], &records)
+            .await
+            .unwrap();
+        assert_eq!(report.replayed, 0);
+        assert_eq!(report.refused.len(), 2);
+        assert_eq!(report.refused[0].source_topic.as_deref(), Some("payments"));
+    }
 }

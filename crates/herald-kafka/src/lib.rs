@@ -22,6 +22,9 @@ pub use dead_letter::{DeadLetter, DeadLetterProducer};
 pub use deliveries::{DeliveryMessage, DeliveryPublisher};
 pub use stats::LagStats;
 
+use herald_core::ErrorClass;
+use rdkafka::types::RDKafkaErrorCode;
+
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
     #[error("kafka: {0}")]
@@ -34,6 +37,204 @@ pub enum KafkaError {
 
 pub type Result<T, E = KafkaError> = std::result::Result<T, E>;
 
+impl KafkaError {
+    /// Whether the same input would be refused again ([`ErrorClass::Permanent`]: isolate
+    /// it) or the environment failed ([`ErrorClass::Transient`]: try again later, with
+    /// backoff). Decided from librdkafka's typed code, never from the message text.
+    ///
+    /// Only what the broker or the client refuses *about the record itself* is permanent:
+    /// its size, its framing, its content. Authorization, authentication and configuration
+    /// errors are transient here: an operator fixes them, and the same input then goes
+    /// through; dead-lettering every message meanwhile would be the wrong cure.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            KafkaError::Client(e) => match e.rdkafka_error_code() {
+                Some(code) => class_of_code(code),
+                None => class_of_codeless(e),
+            },
+            // Missing or broken topic metadata: the deployment, not the input.
+            KafkaError::Topic { .. } => ErrorClass::Transient("topic_metadata"),
+            KafkaError::PollThread(_) => ErrorClass::Transient("poll_thread"),
+        }
+    }
+}
+
+/// The class of one of librdkafka's codes (local ones are negative, broker ones positive).
+fn class_of_code(code: RDKafkaErrorCode) -> ErrorClass {
+    use ErrorClass::{Permanent, Transient};
+    use RDKafkaErrorCode as C;
+    match code {
+        // The record is over the client's `message.max.bytes` or the topic's
+        // `max.message.bytes` (the client and the broker both answer code 10), or its
+        // batch is over the broker's limit (18): the same record is refused again.
+        C::MessageSizeTooLarge | C::MessageBatchTooLarge => Permanent("message_too_large"),
+        // Corrupt or malformed: CRC mismatch, a negative size, bad framing or compression.
+        C::InvalidMessage | C::InvalidMessageSize | C::BadMessage | C::BadCompression => {
+            Permanent("invalid_message")
+        }
+        // The broker's record validation (a keyless record on a compacted topic, ...).
+        C::InvalidRecord | C::InvalidTimestamp | C::UnsupportedForMessageFormat => {
+            Permanent("invalid_record")
+        }
+        C::KeySerialization | C::ValueSerialization | C::KeyDeserialization | C::ValueDeserialization => {
+            Permanent("serialization")
+        }
+
+        C::AllBrokersDown
+        | C::BrokerTransportFailure
+        | C::BrokerNotAvailable
+        | C::NetworkException
+        | C::Resolve
+        | C::DestroyBroker
+        | C::BrokerDestroy => Transient("broker_unavailable"),
+        C::LeaderNotAvailable
+        | C::NotLeaderForPartition
+        | C::ReplicaNotAvailable
+        | C::PreferredLeaderNotAvailable
+        | C::FencedLeaderEpoch
+        | C::UnknownLeaderEpoch
+        | C::KafkaStorageError => Transient("not_leader"),
+        C::NotEnoughReplicas | C::NotEnoughReplicasAfterAppend | C::ISRInsufficient => {
+            Transient("not_enough_replicas")
+        }
+        C::MessageTimedOut | C::RequestTimedOut | C::OperationTimedOut | C::TimedOutQueue => {
+            Transient("timeout")
+        }
+        C::QueueFull => Transient("queue_full"),
+        C::ThrottlingQuotaExceeded => Transient("throttled"),
+        C::CoordinatorLoadInProgress
+        | C::CoordinatorNotAvailable
+        | C::NotCoordinator
+        | C::WaitingForCoordinator => Transient("coordinator_unavailable"),
+        C::RebalanceInProgress
+        | C::IllegalGeneration
+        | C::UnknownMemberId
+        | C::AssignmentLost
+        | C::FencedMemberEpoch
+        | C::StaleMemberEpoch
+        | C::State => Transient("rebalance"),
+        C::UnknownTopic | C::UnknownTopicOrPartition | C::UnknownPartition | C::UnknownTopicId => {
+            Transient("unknown_topic")
+        }
+        C::TopicAuthorizationFailed
+        | C::GroupAuthorizationFailed
+        | C::ClusterAuthorizationFailed
+        | C::TransactionalIdAuthorizationFailed
+        | C::DelegationTokenAuthorizationFailed => Transient("authorization"),
+        C::Authentication
+        | C::SaslAuthenticationFailed
+        | C::UnsupportedSASLMechanism
+        | C::IllegalSASLState
+        | C::SSL => Transient("authentication"),
+        C::InvalidArgument
+        | C::InvalidConfig
+        | C::InvalidRequiredAcks
+        | C::InvalidTopic
+        | C::PolicyViolation
+        | C::UnsupportedFeature
+        | C::UnsupportedVersion
+        | C::UnsupportedCompressionType
+        | C::NotConfigured
+        | C::NotImplemented => Transient("config"),
+        // The idempotent producer's fatal state: this producer must be recreated (the
+        // process restarts); the input is not at fault.
+        C::Fatal | C::Fenced | C::ProducerFenced | C::OutOfOrderSequenceNumber => Transient("producer_fatal"),
+        _ => Transient("other"),
+    }
+}
+
+/// The class of a client error that carries no librdkafka code.
+fn class_of_codeless(e: &rdkafka::error::KafkaError) -> ErrorClass {
+    use rdkafka::error::KafkaError as E;
+    match e {
+        E::Canceled => ErrorClass::Transient("client_closed"),
+        E::ClientConfig(..) | E::ClientCreation(_) | E::Nul(_) | E::AdminOpCreation(_) => {
+            ErrorClass::Transient("config")
+        }
+        _ => ErrorClass::Transient("other"),
+    }
+}
+
 /// The message type batches are made of, and the trait to read it.
-pub use rdkafka::message::OwnedMessage;
+pub use rdkafka::message::{OwnedMessage, Timestamp};
 pub use rdkafka::Message;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::error::KafkaError as Rd;
+    use RDKafkaErrorCode as C;
+
+    fn produce(code: C) -> KafkaError {
+        KafkaError::Client(Rd::MessageProduction(code))
+    }
+
+    #[test]
+    fn a_refused_record_is_permanent_and_the_environment_is_transient() {
+        for (code, label) in [
+            (C::MessageSizeTooLarge, "message_too_large"),
+            (C::MessageBatchTooLarge, "message_too_large"),
+            (C::InvalidMessageSize, "invalid_message"),
+            (C::InvalidMessage, "invalid_message"),
+            (C::InvalidRecord, "invalid_record"),
+        ] {
+            assert_eq!(produce(code).class(), ErrorClass::Permanent(label), "{code:?}");
+        }
+        for (code, label) in [
+            (C::AllBrokersDown, "broker_unavailable"),
+            (C::BrokerTransportFailure, "broker_unavailable"),
+            (C::MessageTimedOut, "timeout"),
+            (C::RequestTimedOut, "timeout"),
+            (C::NotLeaderForPartition, "not_leader"),
+            (C::QueueFull, "queue_full"),
+            (C::NotEnoughReplicas, "not_enough_replicas"),
+            (C::CoordinatorNotAvailable, "coordinator_unavailable"),
+            (C::TopicAuthorizationFailed, "authorization"),
+            (C::SaslAuthenticationFailed, "authentication"),
+            (C::InvalidConfig, "config"),
+            (C::UnknownTopicOrPartition, "unknown_topic"),
+            (C::OffsetOutOfRange, "other"),
+        ] {
+            assert_eq!(produce(code).class(), ErrorClass::Transient(label), "{code:?}");
+        }
+        // The code decides, whatever operation reported it.
+        assert_eq!(
+            KafkaError::Client(Rd::MessageConsumption(C::MessageSizeTooLarge)).class(),
+            ErrorClass::Permanent("message_too_large")
+        );
+        assert_eq!(
+            KafkaError::Client(Rd::ConsumerCommit(C::CoordinatorLoadInProgress)).class(),
+            ErrorClass::Transient("coordinator_unavailable")
+        );
+        assert_eq!(
+            KafkaError::Client(Rd::Canceled).class(),
+            ErrorClass::Transient("client_closed")
+        );
+        assert_eq!(
+            KafkaError::Topic {
+                topic: "t".into(),
+                detail: "not in the cluster metadata".into()
+            }
+            .class(),
+            ErrorClass::Transient("topic_metadata")
+        );
+    }
+
+    #[test]
+    fn labels_are_bounded_snake_case() {
+        // Every code librdkafka 2.12 defines, through every label this mapping can give.
+        for raw in -200..=130 {
+            let Ok(resp) = rdkafka::types::RDKafkaRespErr::try_from(raw) else {
+                continue;
+            };
+            let code = C::from(resp);
+            let label = produce(code).class().label();
+            assert!(
+                !label.is_empty()
+                    && label.len() <= 32
+                    && label.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{code:?}: {label:?}"
+            );
+        }
+    }
+}

@@ -6,6 +6,7 @@
 //! not a failure).
 
 pub mod delivery;
+pub mod failure;
 pub mod ingest;
 pub mod inspect;
 pub mod migrate;

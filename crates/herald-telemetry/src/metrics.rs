@@ -35,6 +35,8 @@ pub struct Metrics {
     claims_skipped: Counter<u64>,
     relay_published: Counter<u64>,
     intents_requeued: Counter<u64>,
+    batches_retried: Counter<u64>,
+    messages_isolated: Counter<u64>,
     attempt_duration: Histogram<f64>,
     ingest_batch_size: Histogram<u64>,
     ingest_commit_duration: Histogram<f64>,
@@ -92,6 +94,19 @@ impl Metrics {
             intents_requeued: meter
                 .u64_counter("herald_intents_requeued")
                 .with_description("Intents found due without an outbox row (stranded) and queued again")
+                .build(),
+            batches_retried: meter
+                .u64_counter("herald_batches_retried")
+                .with_description(
+                    "Batches run again after a transient failure, by stage (ingest, relay, claim, record) and error class",
+                )
+                .build(),
+            messages_isolated: meter
+                .u64_counter("herald_ingest_messages_isolated")
+                .with_description(
+                    "Messages a permanent failure was narrowed down to (by bisecting their batch) and dead-lettered \
+                     alone, by error class",
+                )
                 .build(),
             claims_skipped: meter
                 .u64_counter("herald_claims_skipped")
@@ -236,6 +251,26 @@ impl Metrics {
         self.intents_requeued.add(n as u64, &[]);
         self.gauges.stranded.store(n as i64, Relaxed);
         self.gauges.stranded_checked.store(true, Relaxed);
+    }
+
+    /// A batch of `stage` failed with a transient error of `class` and runs again.
+    pub fn batch_retried(&self, stage: &'static str, class: &'static str) {
+        self.batches_retried
+            .add(1, &[KeyValue::new("stage", stage), KeyValue::new("class", class)]);
+    }
+
+    /// A message alone failed permanently with an error of `class`: dead-lettered.
+    pub fn message_isolated(&self, class: &'static str) {
+        self.messages_isolated.add(1, &[KeyValue::new("class", class)]);
+    }
+
+    /// Metrics recorded nowhere, for tests of code that records them.
+    pub fn unexported() -> Self {
+        let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
+        Self::new(
+            &opentelemetry::metrics::MeterProvider::meter(&provider, "unexported"),
+            "0.0.0",
+        )
     }
 
     /// `reason`: `terminal`, `leased` or `not_due`.
@@ -472,6 +507,8 @@ mod tests {
             m.attempt_not_sent("email", "lease_deadline");
             m.attempt_recorded("late_settled");
             m.intents_requeued(2);
+            m.batch_retried("ingest", "connection");
+            m.message_isolated("data_exception");
             m.init_delivery(&["sms"], &["shutdown"]);
             m.gauges().set_database(7, Duration::from_secs(3), 1);
             m.gauges().set_partitions(
@@ -499,6 +536,8 @@ mod tests {
             r#"herald_attempts_not_sent_total{channel="email",reason="lease_deadline"} 1"#,
             r#"herald_attempt_records_total{result="late_settled"} 1"#,
             r#"herald_intents_requeued_total 2"#,
+            r#"herald_batches_retried_total{class="connection",stage="ingest"} 1"#,
+            r#"herald_ingest_messages_isolated_total{class="data_exception"} 1"#,
             "herald_intents_stranded 2",
             r#"herald_attempts_not_sent_total{channel="sms",reason="shutdown"} 0"#,
             "herald_outbox_backlog 7",

@@ -211,6 +211,11 @@ pub struct IngestConfig {
     pub batch_max_messages: usize,
     /// How long a batch waits for more messages after its first.
     pub batch_linger_ms: u64,
+    /// Most bytes (keys and values) per poll batch; a larger message comes alone.
+    pub batch_max_bytes: usize,
+    /// librdkafka's queue of fetched messages not yet in a batch, in KiB
+    /// (`queued.max.messages.kbytes` of the ingest consumer; it may overshoot by one fetch).
+    pub prefetch_max_kbytes: u32,
     /// Larger messages are dead-lettered as `too_large`.
     pub max_message_bytes: usize,
     /// Longest wait between retries of a batch whose database work failed.
@@ -223,6 +228,8 @@ impl Default for IngestConfig {
             group_id: "herald-ingest".into(),
             batch_max_messages: 500,
             batch_linger_ms: 20,
+            batch_max_bytes: 8 << 20,
+            prefetch_max_kbytes: 16 * 1024,
             max_message_bytes: 64 * 1024,
             retry_backoff_max_ms: 10_000,
         }
@@ -516,6 +523,11 @@ impl Config {
         if self.kafka.brokers.trim().is_empty() {
             bail!("kafka.brokers is empty");
         }
+        for key in self.kafka.properties.keys() {
+            if let Some(why) = herald_kafka::client::refused_property(key) {
+                bail!("kafka.properties.\"{key}\" cannot be set: {why}");
+            }
+        }
         range(
             "kafka.replication_factor",
             self.kafka.replication_factor as u64,
@@ -570,6 +582,19 @@ impl Config {
             100_000,
         )?;
         range("ingest.batch_linger_ms", self.ingest.batch_linger_ms, 0, 60_000)?;
+        range(
+            "ingest.batch_max_bytes",
+            self.ingest.batch_max_bytes as u64,
+            1,
+            1 << 30,
+        )?;
+        // librdkafka's own range for `queued.max.messages.kbytes` is 1..=2097151.
+        range(
+            "ingest.prefetch_max_kbytes",
+            self.ingest.prefetch_max_kbytes.into(),
+            64,
+            2_097_151,
+        )?;
         range(
             "ingest.max_message_bytes",
             self.ingest.max_message_bytes as u64,
@@ -713,6 +738,15 @@ impl Config {
 
     pub fn topic(&self, name: &str) -> String {
         format!("{}{name}", self.kafka.topic_prefix)
+    }
+
+    /// The topics Herald's ingest consumes, with the prefix: the only ones a dead-letter
+    /// replay writes to.
+    pub fn ingest_topics(&self) -> Vec<String> {
+        vec![
+            self.topic(&self.kafka.topics.order_events),
+            self.topic(&self.kafka.topics.seller_profiles),
+        ]
     }
 
     pub fn group(&self, group: &str) -> String {
@@ -866,6 +900,48 @@ mod tests {
         assert!(format!("{e:#}").contains("fax"), "{e:#}");
         let e = load_str("[database]\nurl = \"postgres://h:notaport/db\"").unwrap_err();
         assert!(format!("{e:#}").contains("database.url"), "{e:#}");
+    }
+
+    #[test]
+    fn properties_that_would_break_the_offset_discipline_are_refused_naming_the_key() {
+        for (key, why) in [
+            ("auto.offset.reset", "skip"),
+            ("enable.auto.offset.store", "durable"),
+            ("enable.auto.commit", "durable"),
+            ("auto.commit.enable", "durable"),
+            ("group.id", "ingest.group_id"),
+            ("isolation.level", "aborted"),
+            ("enable.idempotence", "duplicate"),
+            ("acks", "acks=all"),
+            ("request.required.acks", "acks=all"),
+        ] {
+            let e = load_str(&format!("[kafka.properties]\n\"{key}\" = \"x\"")).unwrap_err();
+            let e = format!("{e:#}");
+            assert!(e.contains(&format!("kafka.properties.\"{key}\"")), "{key}: {e}");
+            assert!(e.contains(why), "{key}: {e}");
+        }
+        // Case and spaces do not get around it.
+        assert!(load_str("[kafka.properties]\n\" Auto.Offset.Reset \" = \"latest\"").is_err());
+        // Tuning and security stay settable.
+        let c = load_str(
+            "[kafka.properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = \"6000\"",
+        )
+        .unwrap();
+        assert_eq!(c.kafka.properties.len(), 2);
+    }
+
+    #[test]
+    fn ingest_memory_bounds_are_validated_naming_the_key() {
+        let c = load_str("[ingest]\nbatch_max_bytes = 1048576\nprefetch_max_kbytes = 4096").unwrap();
+        assert_eq!(c.ingest.batch_max_bytes, 1 << 20);
+        assert_eq!(c.ingest.prefetch_max_kbytes, 4096);
+        let defaults = load_str("").unwrap();
+        assert_eq!(defaults.ingest.batch_max_bytes, 8 << 20);
+        assert_eq!(defaults.ingest.prefetch_max_kbytes, 16 * 1024);
+        let e = load_str("[ingest]\nbatch_max_bytes = 0").unwrap_err();
+        assert!(format!("{e:#}").contains("ingest.batch_max_bytes"), "{e:#}");
+        let e = load_str("[ingest]\nprefetch_max_kbytes = 3000000").unwrap_err();
+        assert!(format!("{e:#}").contains("ingest.prefetch_max_kbytes"), "{e:#}");
     }
 
     #[test]

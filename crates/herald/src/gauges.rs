@@ -1,6 +1,6 @@
 //! Samplers behind the gauges: per-partition figures from the Kafka consumers (lag from
 //! librdkafka statistics; outstanding offsets and head-of-line age from delivery's
-//! tracker) and the outbox and `unknown` figures from PostgreSQL.
+//! tracker, head-of-line age from ingest's unfinished batches) and the outbox and `unknown` figures from PostgreSQL.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,19 +11,24 @@ use herald_kafka::LagStats;
 use herald_store::Store;
 use herald_telemetry::{Metrics, PartitionKey, PartitionSample};
 
+use crate::ingest::HeadOfLine;
+
 /// How often the per-partition gauges are refreshed (librdkafka reports every 5 s).
 const PARTITION_EVERY: Duration = Duration::from_secs(2);
 /// How often the database is asked for the outbox backlog and `unknown` count.
 const DATABASE_EVERY: Duration = Duration::from_secs(10);
 
+/// Where a role's unfinished work per partition is known.
+pub enum Pending {
+    /// Delivery's out-of-order window: outstanding offsets and their head-of-line age.
+    Delivery(DeliveryHandle),
+    /// Ingest's unfinished batches: head-of-line age only.
+    Ingest(HeadOfLine),
+}
+
 /// Refreshes the per-partition gauges of `group` until dropped (the role aborts it and
 /// clears the group's gauges when it stops).
-pub async fn watch_partitions(
-    metrics: Arc<Metrics>,
-    group: String,
-    lag: LagStats,
-    delivery: Option<DeliveryHandle>,
-) {
+pub async fn watch_partitions(metrics: Arc<Metrics>, group: String, lag: LagStats, pending: Pending) {
     {
         let gauges = metrics.gauges();
         loop {
@@ -36,16 +41,37 @@ pub async fn watch_partitions(
                 };
                 samples.entry(key).or_default().lag = Some(l);
             }
-            if let Some(h) = &delivery {
-                for p in h.partitions() {
-                    let key = PartitionKey {
-                        group: group.clone(),
-                        topic: h.topic().to_owned(),
-                        partition: p.partition,
-                    };
-                    let s = samples.entry(key).or_default();
-                    s.outstanding = Some(p.outstanding as i64);
-                    s.head_of_line_age = Some(p.head_age.unwrap_or_default());
+            match &pending {
+                Pending::Delivery(h) => {
+                    for p in h.partitions() {
+                        let key = PartitionKey {
+                            group: group.clone(),
+                            topic: h.topic().to_owned(),
+                            partition: p.partition,
+                        };
+                        let s = samples.entry(key).or_default();
+                        s.outstanding = Some(p.outstanding as i64);
+                        s.head_of_line_age = Some(p.head_age.unwrap_or_default());
+                    }
+                }
+                Pending::Ingest(head) => {
+                    let ages = head.ages();
+                    // Assigned partitions (those librdkafka reports lag for) without
+                    // unfinished work are at 0, so a stall shows as a rising line.
+                    for (key, s) in samples.iter_mut() {
+                        s.head_of_line_age = Some(Duration::ZERO);
+                        if let Some(age) = ages.get(&(key.topic.clone(), key.partition)) {
+                            s.head_of_line_age = Some(*age);
+                        }
+                    }
+                    for ((topic, partition), age) in ages {
+                        let key = PartitionKey {
+                            group: group.clone(),
+                            topic,
+                            partition,
+                        };
+                        samples.entry(key).or_default().head_of_line_age = Some(age);
+                    }
                 }
             }
             gauges.set_partitions(&group, samples);

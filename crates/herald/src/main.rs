@@ -23,6 +23,7 @@ mod ingest;
 mod obs;
 mod progress;
 mod relay;
+mod retrying;
 mod shutdown;
 
 use std::path::PathBuf;

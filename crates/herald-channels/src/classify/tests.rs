@@ -480,3 +480,18 @@ fn detail_is_bounded_on_a_char_boundary() {
     assert!(detail.len() <= MAX_DETAIL + '…'.len_utf8(), "{}", detail.len());
     assert!(detail.starts_with("MessageRejected (HTTP 400): é"));
 }
+
+#[test]
+fn provider_text_is_stored_without_control_characters() {
+    let o = ses_generic("MessageRejected", "bad\u{0}add\u{1b}[31mress\nsecond line", 400);
+    let detail = o.detail().unwrap();
+    assert!(!detail.contains('\0') && !detail.contains('\u{1b}'), "{detail:?}");
+    assert!(
+        detail.contains("bad\u{fffd}add") && detail.contains('\n'),
+        "{detail:?}"
+    );
+    match accepted(Some("id\u{0}1".into())) {
+        Outcome::Accepted { provider_message_id } => assert_eq!(provider_message_id, "id\u{fffd}1"),
+        other => panic!("{other:?}"),
+    }
+}

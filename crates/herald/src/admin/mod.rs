@@ -34,6 +34,8 @@ pub struct AdminState {
     pub token: Option<String>,
     pub kafka: KafkaSettings,
     pub dead_letter_topic: String,
+    /// Where a replay may write: `Config::ingest_topics`.
+    pub ingest_topics: Vec<String>,
 }
 
 type Shared = State<Arc<AdminState>>;
@@ -251,11 +253,16 @@ async fn replay_dead_letters(
         .into_iter()
         .filter(|r| sel.picks(r))
         .collect();
-    let replayed = inspect::replay(&s.kafka, &s.dead_letter_topic, &chosen)
+    let ingest_topics: Vec<&str> = s.ingest_topics.iter().map(String::as_str).collect();
+    let report = inspect::replay(&s.kafka, &s.dead_letter_topic, &ingest_topics, &chosen)
         .await
         .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))?;
-    tracing::warn!(replayed, "dead letters replayed through the admin API");
+    tracing::warn!(
+        replayed = report.replayed,
+        refused = report.refused.len(),
+        "dead letters replayed through the admin API"
+    );
     Ok(Json(
-        serde_json::json!({ "replayed": replayed, "records": chosen }),
+        serde_json::json!({ "replayed": report.replayed, "refused": report.refused, "records": chosen }),
     ))
 }

@@ -1,6 +1,7 @@
 //! `herald dead-letter list|replay`: read the dead-letter topic, and produce chosen records
 //! back to their source topic once the cause is fixed (a template published, a producer
-//! bug corrected). Replays keep key, value and headers; ingest converges them like any
+//! bug corrected). Replay writes only to the topics Herald's ingest consumes; a record
+//! naming another source, or holding only a prefix of its value, is refused and listed. Replays keep key, value and headers; ingest converges them like any
 //! duplicate, so replaying twice is harmless.
 
 use std::time::Duration;
@@ -95,8 +96,23 @@ pub async fn run(config: &Config, command: DeadLetterCommand) -> anyhow::Result<
                 println!("dry run: {} record(s) would be replayed", chosen.len());
                 return Ok(());
             }
-            let n = inspect::replay(&config.kafka_settings(), &topic, &chosen).await?;
-            println!("replayed {n} record(s) to their source topics");
+            let ingest_topics = config.ingest_topics();
+            let ingest_topics: Vec<&str> = ingest_topics.iter().map(String::as_str).collect();
+            let report = inspect::replay(&config.kafka_settings(), &topic, &ingest_topics, &chosen).await?;
+            for r in &report.refused {
+                println!("refused {}:{}: {}", r.partition, r.offset, r.refusal);
+            }
+            println!(
+                "replayed {} record(s) to their source topics; refused {} (replay writes only to {})",
+                report.replayed,
+                report.refused.len(),
+                ingest_topics.join(", ")
+            );
+            anyhow::ensure!(
+                report.refused.is_empty(),
+                "{} record(s) not replayed (listed above)",
+                report.refused.len()
+            );
             Ok(())
         }
     }

@@ -90,6 +90,7 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
             token: config.admin.bearer_token()?,
             kafka: config.kafka_settings(),
             dead_letter_topic: config.topic(&config.kafka.topics.dead_letter),
+            ingest_topics: config.ingest_topics(),
         });
         // Bound before the roles start, so that a port clash fails start-up. It stops
         // serving when shutdown is requested: a draining process is no longer ready.

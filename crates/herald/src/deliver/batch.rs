@@ -8,8 +8,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use herald_store::StoreError;
 use tokio::sync::{mpsc, Semaphore};
-use tracing::warn;
+
+use crate::retrying::{always, run_with_retries, Schedule, Stage};
 
 /// Receives one item, then whatever else arrives within the linger time, up to `max`.
 async fn gather<T>(rx: &mut mpsc::Receiver<T>, max: usize, linger: Duration) -> Option<Vec<T>> {
@@ -52,21 +54,18 @@ where
 }
 
 /// Runs `op` until it succeeds, backing off up to 5 s. Used where giving up would lose
-/// the truth: a claim already holds permits, a record describes a send that happened.
-pub async fn until_ok<T, E: std::fmt::Display, F, Fut>(what: &str, mut op: F) -> T
+/// the truth: a claim already holds permits, a record describes a send that happened. So
+/// even an error classed permanent is retried (and logged as an error).
+pub async fn until_ok<T, F, Fut>(stage: Stage<'_>, mut op: F) -> T
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, E>>,
+    Fut: Future<Output = Result<T, StoreError>>,
 {
-    let mut backoff = Duration::from_millis(50);
+    let schedule = Schedule::new(Duration::from_millis(50), Duration::from_secs(5));
     loop {
-        match op().await {
-            Ok(v) => return v,
-            Err(e) => {
-                warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "{what} failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
+        // `always` classes nothing permanent and no shutdown is passed: only `Ok` returns.
+        if let Ok(v) = run_with_retries(stage, &mut op, always(StoreError::class), schedule, None).await {
+            return v;
         }
     }
 }

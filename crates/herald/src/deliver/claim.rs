@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use super::batch::{pipelined, until_ok};
 use super::take::Taken;
 use super::DeliveryContext;
+use crate::retrying::Stage;
 
 /// An attempt whose claim is committed: its lease is held by `claim.attempt_id`.
 pub struct ClaimedAttempt {
@@ -38,18 +39,24 @@ async fn claim_batch(ctx: &DeliveryContext, batch: Vec<Taken>, out: &mpsc::Sende
     let requests: Vec<ClaimRequest> = batch.iter().map(|t| ClaimRequest::new(t.intent_id)).collect();
     let first_try = Instant::now();
     let mut attempt = ClaimTry::First;
-    let (outcomes, this_try) = until_ok("claim", || {
-        let this = attempt;
-        attempt = ClaimTry::Again;
-        let requests = &requests;
-        async move {
-            let sent = Instant::now();
-            ctx.store
-                .claim(&ctx.worker, lease, requests, &ctx.policies, this)
-                .await
-                .map(|o| (o, sent))
-        }
-    })
+    let (outcomes, this_try) = until_ok(
+        Stage {
+            name: "claim",
+            metrics: &ctx.obs.metrics,
+        },
+        || {
+            let this = attempt;
+            attempt = ClaimTry::Again;
+            let requests = &requests;
+            async move {
+                let sent = Instant::now();
+                ctx.store
+                    .claim(&ctx.worker, lease, requests, &ctx.policies, this)
+                    .await
+                    .map(|o| (o, sent))
+            }
+        },
+    )
     .await;
     ctx.obs
         .metrics

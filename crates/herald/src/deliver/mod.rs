@@ -108,7 +108,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         ctx.obs.metrics.clone(),
         group.clone(),
         consumer.handle.lag().clone(),
-        Some(consumer.handle.clone()),
+        crate::gauges::Pending::Delivery(consumer.handle.clone()),
     ));
 
     // The stages, joined by bounded channels. The pipeline's permits are taken by the lanes

@@ -13,6 +13,7 @@ use tracing::{error, warn};
 use super::batch::{pipelined, until_ok};
 use super::take::Taken;
 use super::DeliveryContext;
+use crate::retrying::Stage;
 
 /// An attempt that has its outcome, waiting to be recorded.
 pub struct FinishedAttempt {
@@ -34,7 +35,14 @@ pub async fn run(ctx: Arc<DeliveryContext>, rx: mpsc::Receiver<FinishedAttempt>)
 async fn record_batch(ctx: &DeliveryContext, batch: Vec<FinishedAttempt>) {
     let records: Vec<AttemptRecord> = batch.iter().map(|f| f.record.clone()).collect();
     let started = Instant::now();
-    let results = until_ok("record", || ctx.store.record(&records)).await;
+    let results = until_ok(
+        Stage {
+            name: "record",
+            metrics: &ctx.obs.metrics,
+        },
+        || ctx.store.record(&records),
+    )
+    .await;
     ctx.obs
         .metrics
         .delivery_batch("record", records.len(), started.elapsed());

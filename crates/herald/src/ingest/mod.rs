@@ -1,8 +1,16 @@
 //! The ingest role: consumer group `herald-ingest` on `order-events` and
-//! `seller-profiles`. One poll batch = one PostgreSQL transaction; the batch's offsets are
-//! stored only after that transaction committed and its dead letters were acknowledged.
+//! `seller-profiles`. One poll batch = one PostgreSQL transaction (more while a permanent
+//! failure is narrowed down, see `isolate`); the batch's offsets are stored only after its
+//! work committed and its dead letters were acknowledged.
+//!
+//! Stages: `classify` (decode and route, pure), `plan` (render, pure), `converge` (the
+//! transaction and what follows its commit), `isolate` (retries and bisection).
 
-mod batch;
+mod classify;
+mod converge;
+mod head;
+mod isolate;
+mod plan;
 mod stats;
 
 use std::sync::Arc;
@@ -11,12 +19,13 @@ use std::time::Duration;
 use herald_kafka::consumer::positions_after;
 use herald_kafka::{BatchConsumer, DeadLetterProducer};
 use herald_store::Store;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 use crate::config::Config;
 use crate::obs::Obs;
 use crate::shutdown::Shutdown;
-pub use batch::IngestContext;
+pub use converge::IngestContext;
+pub use head::HeadOfLine;
 pub use stats::IngestStats;
 
 pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
@@ -24,15 +33,21 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let order_topic = config.topic(&config.kafka.topics.order_events);
     let seller_topic = config.topic(&config.kafka.topics.seller_profiles);
     let settings = config.kafka_settings();
-    let consumer = BatchConsumer::subscribe(&settings, &group, &[&order_topic, &seller_topic])?;
+    let consumer = BatchConsumer::subscribe(
+        &settings,
+        &group,
+        &[&order_topic, &seller_topic],
+        config.ingest.prefetch_max_kbytes,
+    )?;
     let dead_letters =
         DeadLetterProducer::new(&settings, &config.topic(&config.kafka.topics.dead_letter), &group)?;
     let stats = Arc::new(IngestStats::new(obs.metrics.clone()));
+    let head = head::HeadOfLine::default();
     let partition_gauges = tokio::spawn(crate::gauges::watch_partitions(
         obs.metrics.clone(),
         group.clone(),
         consumer.lag().clone(),
-        None,
+        crate::gauges::Pending::Ingest(head.clone()),
     ));
     let ctx = IngestContext {
         config: config.clone(),
@@ -52,7 +67,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     'poll: loop {
         let batch = tokio::select! {
             _ = shutdown.requested() => break 'poll,
-            b = consumer.next_batch(max, linger) => b,
+            b = consumer.next_batch(max, config.ingest.batch_max_bytes, linger) => b,
         };
         let batch = match batch {
             Ok(b) => b,
@@ -62,29 +77,18 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
                 continue;
             }
         };
-        // Retry the same batch until its work is durable. Its offsets stay unstored
-        // meanwhile, so a crash or shutdown here replays it, which converges.
-        let mut backoff = Duration::from_millis(100);
-        let max_backoff = Duration::from_millis(config.ingest.retry_backoff_max_ms);
-        loop {
-            match batch::process(&ctx, &batch).await {
-                Ok(()) => break,
-                Err(e) => {
-                    error!(error = %format!("{e:#}"), messages = batch.len(), retry_in_ms = backoff.as_millis() as u64,
-                           "ingest batch failed; retrying it");
-                    stats.batch_failed();
-                    tokio::select! {
-                        _ = shutdown.requested() => break 'poll,
-                        _ = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(max_backoff);
-                }
-            }
+        // Until its work is durable: transient failures retried, permanent ones isolated.
+        // Its offsets stay unstored meanwhile, so a crash or shutdown here replays it,
+        // which converges.
+        head.begin(&batch);
+        if isolate::ingest_batch(&ctx, &batch, &mut shutdown).await.is_err() {
+            break 'poll;
         }
-        // Failure policy: a crash between the commit in `process` and here loses only the
-        // offset store; the batch is read again and converges on the same intents.
+        // Failure policy: a crash between the commit in `ingest_batch` and here loses only
+        // the offset store; the batch is read again and converges on the same intents.
         fail::fail_point!("ingest-after-db-commit");
         consumer.store(&positions_after(&batch));
+        head.done(&batch);
     }
 
     info!("ingest draining: committing stored offsets");

@@ -11,7 +11,6 @@ pub struct IngestStats {
     pub metrics: Arc<herald_telemetry::Metrics>,
     pub messages: AtomicU64,
     pub batches: AtomicU64,
-    pub failed_batches: AtomicU64,
     pub intents_created: AtomicU64,
     pub intents_suppressed: AtomicU64,
     pub duplicates: AtomicU64,
@@ -27,7 +26,6 @@ impl IngestStats {
             metrics,
             messages: AtomicU64::new(0),
             batches: AtomicU64::new(0),
-            failed_batches: AtomicU64::new(0),
             intents_created: AtomicU64::new(0),
             intents_suppressed: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
@@ -38,15 +36,10 @@ impl IngestStats {
         }
     }
 
-    pub fn batch_failed(&self) {
-        self.failed_batches.fetch_add(1, Relaxed);
-    }
-
     pub fn log_totals(&self) {
         info!(
             messages = self.messages.load(Relaxed),
             batches = self.batches.load(Relaxed),
-            failed_batches = self.failed_batches.load(Relaxed),
             intents_created = self.intents_created.load(Relaxed),
             intents_suppressed = self.intents_suppressed.load(Relaxed),
             duplicates = self.duplicates.load(Relaxed),

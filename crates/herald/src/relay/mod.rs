@@ -13,6 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::Config;
 use crate::obs::{self, Obs};
+use crate::retrying::{always, class_of, run_with_retries, Schedule, Stage};
 use crate::shutdown::Shutdown;
 
 pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
@@ -22,9 +23,11 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     )?;
     let batch = config.relay.batch_size;
     let poll = Duration::from_millis(config.relay.poll_interval_ms);
-    let max_backoff = Duration::from_millis(config.relay.retry_backoff_max_ms);
+    let schedule = Schedule::new(
+        Duration::from_millis(100),
+        Duration::from_millis(config.relay.retry_backoff_max_ms),
+    );
     let mut listener: Option<OutboxListener> = None;
-    let mut backoff = Duration::from_millis(100);
     let mut published_total = 0u64;
     info!(topic = publisher.topic(), batch, "relay publishing");
     let stranded = tokio::spawn(requeue_stranded(config.clone(), store.clone(), obs.clone()));
@@ -38,23 +41,27 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
                 Err(e) => warn!(error = %e, "cannot LISTEN for outbox inserts; polling"),
             }
         }
-        match round(&store, &publisher, batch, &obs).await {
+        // Outbox rows are Herald's own: nothing in them to isolate, so every failure is
+        // retried (a permanent one is logged as an error by `always`).
+        let published = run_with_retries(
+            Stage {
+                name: "relay",
+                metrics: &obs.metrics,
+            },
+            || round(&store, &publisher, batch, &obs),
+            always(class_of),
+            schedule,
+            Some(&mut shutdown),
+        )
+        .await;
+        match published {
             Ok(n) => {
-                backoff = Duration::from_millis(100);
                 published_total += n as u64;
                 if n as i64 == batch {
                     continue; // more may be due right now
                 }
             }
-            Err(e) => {
-                warn!(error = %format!("{e:#}"), retry_in_ms = backoff.as_millis() as u64, "relay round failed");
-                tokio::select! {
-                    _ = shutdown.requested() => break,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(max_backoff);
-                continue;
-            }
+            Err(_) => break, // shutdown requested while waiting to retry
         }
         let woken = async {
             match listener.as_mut() {

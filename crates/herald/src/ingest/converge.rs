@@ -1,0 +1,191 @@
+//! One part of a poll batch (the whole batch, or a half of it while a permanent failure is
+//! being narrowed down): classify, then one PostgreSQL transaction (seller profiles, the
+//! profiles and templates to render with, the plan, the convergence), then what follows
+//! the commit (logs, spans, counters). Returns the part's dead letters, still to be
+//! produced: the caller does that with its own retries, so a broker hiccup does not run the
+//! transaction again.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use herald_core::render::{RenderOptions, Renderer};
+use herald_core::IntentState;
+use herald_kafka::headers::{header_str, valid_traceparent, TRACEPARENT};
+use herald_kafka::{DeadLetter, DeadLetterProducer, Message, OwnedMessage};
+use herald_store::{Convergence, IngestTx, NewIntent, Store};
+use herald_telemetry::propagation::{self, trace_id};
+use tracing::{info, warn, Instrument, Span};
+
+use super::classify::{classify, Routed};
+use super::plan::plan;
+use super::IngestStats;
+use crate::config::Config;
+use crate::obs::{self, Obs};
+
+/// Shared handles of the ingest role.
+pub struct IngestContext {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub dead_letters: DeadLetterProducer,
+    pub seller_topic: String,
+    pub order_topic: String,
+    pub group: String,
+    pub stats: Arc<IngestStats>,
+    pub obs: Obs,
+}
+
+/// Converges `part` under a `receive` span linked to every producer context in it.
+pub async fn converge<'m>(
+    ctx: &'m IngestContext,
+    part: &'m [OwnedMessage],
+) -> anyhow::Result<Vec<DeadLetter<'m>>> {
+    let parents: Vec<&str> = if ctx.obs.tracing {
+        part.iter()
+            .filter_map(|m| header_str(m, TRACEPARENT).and_then(valid_traceparent))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let span = obs::receive_span(&ctx.order_topic, &ctx.group, part.len(), parents);
+    converge_part(ctx, part).instrument(span).await
+}
+
+async fn converge_part<'m>(
+    ctx: &'m IngestContext,
+    part: &'m [OwnedMessage],
+) -> anyhow::Result<Vec<DeadLetter<'m>>> {
+    let mut classified = classify(&ctx.config, &ctx.seller_topic, part);
+    attach_spans(ctx, &mut classified.orders);
+    let seller_count = classified.sellers.len() as u64;
+
+    let mut conn = ctx.store.conn().await?;
+    let tx = IngestTx::begin(&mut conn).await?;
+    if !classified.sellers.is_empty() {
+        tx.apply_sellers(std::mem::take(&mut classified.sellers))
+            .await
+            .context("applying seller profiles")?;
+    }
+    let seller_keys: Vec<(String, String)> = classified
+        .orders
+        .iter()
+        .map(|o| (o.event.marketplace_id.clone(), o.event.seller_id.clone()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let profiles = tx
+        .sellers(&seller_keys)
+        .await
+        .context("reading seller profiles")?;
+    let renderer = Renderer::new(
+        tx.active_templates().await.context("reading active templates")?,
+        RenderOptions {
+            default_locale: ctx.config.rendering.default_locale.clone(),
+            sms_max_segments: ctx.config.rendering.sms_max_segments,
+        },
+    );
+    let plan = plan(&renderer, &profiles, &classified.orders);
+    let started = Instant::now();
+    let results = tx.converge(plan.intents()).await.context("converging intents")?;
+    // Failure policy: a crash before this commit leaves nothing behind (the batch is read
+    // again); after it, the dead letters and the offset store may be lost, and the replay
+    // converges on the rows just written and produces the dead letters again.
+    tx.commit().await.context("committing the ingest transaction")?;
+    drop(conn);
+    ctx.obs.metrics.ingest_batch(part.len(), started.elapsed());
+
+    let s = &ctx.stats;
+    for ((intent, span), result) in plan.with_spans().zip(&results) {
+        log_convergence(intent, result, s);
+        if let Some(span) = span {
+            record_convergence(span, result);
+        }
+    }
+    s.no_route.fetch_add(classified.no_route, Relaxed);
+    s.metrics.events_ignored("no_route", classified.no_route);
+    s.seller_updates.fetch_add(seller_count, Relaxed);
+    tracing::debug!(
+        messages = part.len(),
+        intents = results.len(),
+        "ingest batch committed"
+    );
+    let mut poison = classified.poison;
+    poison.extend(plan.poison);
+    Ok(poison)
+}
+
+/// Gives each routed order its `process order-events` span (child of the producer's,
+/// linked to the batch's `receive` span) when spans are exported.
+fn attach_spans(ctx: &IngestContext, orders: &mut [Routed<'_>]) {
+    if !ctx.obs.tracing {
+        return;
+    }
+    let batch_context = propagation::traceparent_of(&Span::current());
+    for o in orders {
+        let m = o.message;
+        let key = m.key().and_then(|k| std::str::from_utf8(k).ok());
+        let span = obs::process_span(
+            m.topic(),
+            &ctx.group,
+            m.partition(),
+            m.offset(),
+            key,
+            o.trace_context.as_deref(),
+        );
+        if let Some(batch) = &batch_context {
+            propagation::add_link(&span, batch);
+        }
+        o.span = Some(span);
+    }
+}
+
+fn record_convergence(span: &Span, result: &Convergence) {
+    let (id, name) = match result {
+        Convergence::Created { intent_id, .. } => (intent_id, "intent created"),
+        Convergence::Duplicate { intent_id } => (intent_id, "intent reused"),
+        Convergence::Conflict { intent_id, .. } => (intent_id, "intent conflict"),
+    };
+    span.record("herald.intent.id", tracing::field::display(id));
+    span.record("herald.outcome", name.trim_start_matches("intent "));
+    propagation::rename(span, name);
+}
+
+fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats) {
+    let channel = intent.key.channel.as_str();
+    let kind = intent.key.event_kind.as_str();
+    let revision = intent.payload.template_revision.as_str();
+    let trace_id = intent.trace_context.as_deref().and_then(trace_id);
+    match result {
+        Convergence::Created { intent_id, state } => {
+            s.intents_created.fetch_add(1, Relaxed);
+            s.metrics.intent_created(kind, channel, revision);
+            if *state == IntentState::Suppressed {
+                s.intents_suppressed.fetch_add(1, Relaxed);
+            }
+            info!(intent_id = %intent_id, channel, template_revision = revision, state = state.as_str(),
+                  consent = intent.payload.consent.as_str(), trace_id, "intent created");
+        }
+        Convergence::Duplicate { intent_id } => {
+            s.duplicates.fetch_add(1, Relaxed);
+            s.metrics.duplicate_converged(kind, channel);
+            info!(intent_id = %intent_id, channel, template_revision = revision, event_id = %intent.event_id,
+                  trace_id, "intent reused: duplicate converged on existing intent");
+        }
+        Convergence::Conflict {
+            intent_id,
+            existing_fingerprint,
+            newly_recorded,
+        } => {
+            if *newly_recorded {
+                s.conflicts.fetch_add(1, Relaxed);
+                s.metrics.fingerprint_conflict(kind, channel);
+            }
+            warn!(intent_id = %intent_id, channel, template_revision = revision, event_id = %intent.event_id, trace_id,
+                  existing_fingerprint = %existing_fingerprint, offending_fingerprint = %intent.fingerprint,
+                  source_partition = intent.source.partition, source_offset = intent.source.offset,
+                  newly_recorded, "business key reused with different content: conflict recorded, not sent");
+        }
+    }
+}
