@@ -143,12 +143,9 @@ async fn rows_the_database_refuses_are_isolated_and_the_rest_of_the_batch_commit
         "{text}"
     );
     assert_eq!(
-        metric(
-            &text,
-            "herald_batches_retried_total",
-            &["class=\"constraint_violation\""]
-        ),
-        0.0
+        metric(&text, "herald_batches_retried_total", &["stage=\"ingest\""]),
+        0.0,
+        "a permanent refusal is never retried: {text}"
     );
     assert!(herald.log().contains("bisecting"), "the batch was narrowed down");
     env.cleanup().await;

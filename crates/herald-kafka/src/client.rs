@@ -7,9 +7,12 @@ use rdkafka::ClientConfig;
 
 /// Why a `[kafka.properties]` key is refused, if it is: the settings that make Herald's
 /// at-least-once promise and its offset discipline (configuration refuses them at load,
-/// naming the key; the clients below set them last as well, so nothing can change them).
+/// naming the key; the clients below set them after the pass-through as well). librdkafka
+/// takes a topic property under a `topic.` prefix too, so the prefix is looked through.
 pub fn refused_property(key: &str) -> Option<&'static str> {
-    let why = match key.trim().to_ascii_lowercase().as_str() {
+    let key = key.trim().to_ascii_lowercase();
+    let key = key.strip_prefix("topic.").unwrap_or(&key);
+    let why = match key {
         "auto.offset.reset" => {
             "a group without a committed offset starts from the earliest message; \
              `latest` would skip everything produced before its first commit"
@@ -66,9 +69,7 @@ impl KafkaSettings {
     /// committed by librdkafka's auto-commit; cooperative-sticky assignment.
     pub fn consumer(&self, group_id: &str) -> ClientConfig {
         let mut c = self.base();
-        c.set("group.id", group_id)
-            .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("auto.offset.reset", "earliest")
+        c.set("partition.assignment.strategy", "cooperative-sticky")
             .set("enable.partition.eof", "false")
             .set("session.timeout.ms", "10000")
             .set("heartbeat.interval.ms", "1000")
@@ -76,9 +77,11 @@ impl KafkaSettings {
             .set("auto.commit.interval.ms", "1000")
             .set("statistics.interval.ms", crate::stats::STATISTICS_INTERVAL_MS);
         self.pass_through(&mut c);
-        // These three make the at-least-once promise; they are set last so that no
+        // These make the group and the at-least-once promise; they are set last so that no
         // pass-through property can change them.
-        c.set("enable.auto.commit", "true")
+        c.set("group.id", group_id)
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "true")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed");
         c
@@ -90,7 +93,9 @@ impl KafkaSettings {
         c.set("linger.ms", "5").set("message.timeout.ms", "30000");
         self.pass_through(&mut c);
         // No pass-through property can weaken what the outbox relies on.
-        c.set("enable.idempotence", "true").set("acks", "all");
+        c.set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("request.required.acks", "all");
         c
     }
 

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::message::OwnedMessage;
+use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
@@ -107,9 +107,15 @@ pub struct BatchConsumer {
 /// `fetch.queue.backoff.ms`), for the ingest consumer.
 const FETCH_QUEUE_BACKOFF_MS: &str = "50";
 
-/// What a message costs a batch: its key and value bytes (headers are not counted).
+/// What a message costs a batch: its key, value and header bytes (a hostile producer can
+/// put its megabyte in headers as well as in the value).
 pub fn message_bytes(m: &OwnedMessage) -> usize {
-    m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len)
+    let headers = m.headers().map_or(0, |h| {
+        h.iter()
+            .map(|x| x.key.len() + x.value.map_or(0, <[u8]>::len))
+            .sum()
+    });
+    m.key().map_or(0, <[u8]>::len) + m.payload().map_or(0, <[u8]>::len) + headers
 }
 
 impl BatchConsumer {

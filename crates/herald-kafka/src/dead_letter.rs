@@ -15,11 +15,12 @@
 //!
 //! The whole message stays at its source offset (until the source topic's retention),
 //! where the size and digest identify it. Transient errors are never retried here: they
-//! are returned, and the caller retries the batch with backoff.
+//! are returned, and the caller retries the dead letters with backoff (the offsets behind
+//! them stay unstored meanwhile).
 
 use std::time::Duration;
 
-use futures::future::try_join_all;
+use futures::future::join_all;
 use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Message;
@@ -88,14 +89,11 @@ impl DeadLetterProducer {
         })
     }
 
-    /// Produces all and waits until the broker acknowledged every one. Fails as a whole
-    /// if any is not acknowledged (the caller then keeps the offsets unstored and retries;
-    /// the letters already acknowledged are produced again then, which a reader of the
-    /// dead-letter topic sees as a repeated source offset).
-    pub async fn send_all(&self, letters: &[DeadLetter<'_>]) -> Result<()> {
-        let sends = letters.iter().map(|l| self.send(l));
-        try_join_all(sends).await?;
-        Ok(())
+    /// Produces all at once and waits for every answer: one result per letter, in order.
+    /// The caller retries only the letters that failed (transiently), so a dead letter is
+    /// produced once per acknowledged try, not once per retry of its batch.
+    pub async fn send_each(&self, letters: &[&DeadLetter<'_>]) -> Vec<Result<()>> {
+        join_all(letters.iter().map(|l| self.send(l))).await
     }
 
     /// Whole, else `prefix`, else `omitted`; the next form only after a permanent refusal.
@@ -170,11 +168,20 @@ impl DeadLetterProducer {
                 }
             }
             Form::Prefix => {
+                // The first valid one of each, at most: a producer repeating a header a
+                // thousand times must not unbound the prefix record.
+                let (mut parent_kept, mut state_kept) = (false, false);
                 for h in original_headers {
                     let value = h.value.and_then(|v| std::str::from_utf8(v).ok());
                     let keep = match (h.key, value) {
-                        (TRACEPARENT, Some(v)) => valid_traceparent(v).is_some(),
-                        (TRACESTATE, Some(v)) => v.len() <= MAX_TRACESTATE,
+                        (TRACEPARENT, Some(v)) if !parent_kept && valid_traceparent(v).is_some() => {
+                            parent_kept = true;
+                            true
+                        }
+                        (TRACESTATE, Some(v)) if !state_kept && v.len() <= MAX_TRACESTATE => {
+                            state_kept = true;
+                            true
+                        }
                         _ => false,
                     };
                     if keep {

@@ -1,5 +1,5 @@
-//! Which database errors are worth retrying: decided from the SQLSTATE PostgreSQL sent, or
-//! from the connection's fate when it sent none. Never from message text.
+//! Which database errors are worth retrying: decided from the SQLSTATE PostgreSQL sent, or,
+//! when it sent none, from whether the connection closed. Never from message text.
 //!
 //! Permanent means "this data will be refused again": only the classes that describe the
 //! data itself (21 cardinality violation, 22 data exception, 23 integrity constraint, 54
@@ -24,7 +24,10 @@ impl StoreError {
             | StoreError::RevisionNotFound { .. }
             | StoreError::NotFound(_)
             | StoreError::InvalidState(_) => ErrorClass::Permanent("request_refused"),
-            StoreError::Corrupt(_) => ErrorClass::Permanent("corrupt_row"),
+            // A stored row this binary cannot read (a template of a channel only a newer
+            // version knows, during a rolling upgrade) or a row gone within a transaction:
+            // no input of the batch is at fault, so nothing may be dead-lettered for it.
+            StoreError::Corrupt(_) => ErrorClass::Transient("unreadable_row"),
         }
     }
 
@@ -43,8 +46,16 @@ fn db_class(e: &tokio_postgres::Error) -> ErrorClass {
     match e.code() {
         Some(code) => sqlstate_class(code.code()),
         // No answer from the server: the connection closed or failed under the request.
-        None => ErrorClass::Transient("connection"),
+        None if e.is_closed() || io_source(e) => ErrorClass::Transient("connection"),
+        // Client side, before or after the server: a parameter that would not encode or a
+        // column that would not decode; nothing Herald sends is of a kind that cannot
+        // encode, so this is a bug to see in the logs, never a reason to drop input.
+        None => ErrorClass::Transient("client"),
     }
+}
+
+fn io_source(e: &tokio_postgres::Error) -> bool {
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
 
 /// The class of a SQLSTATE (five characters; the first two name its class).

@@ -211,7 +211,7 @@ pub struct IngestConfig {
     pub batch_max_messages: usize,
     /// How long a batch waits for more messages after its first.
     pub batch_linger_ms: u64,
-    /// Most bytes (keys and values) per poll batch; a larger message comes alone.
+    /// Most bytes (keys, values and headers) per poll batch; a larger message comes alone.
     pub batch_max_bytes: usize,
     /// librdkafka's queue of fetched messages not yet in a batch, in KiB
     /// (`queued.max.messages.kbytes` of the ingest consumer; it may overshoot by one fetch).
@@ -920,8 +920,10 @@ mod tests {
             assert!(e.contains(&format!("kafka.properties.\"{key}\"")), "{key}: {e}");
             assert!(e.contains(why), "{key}: {e}");
         }
-        // Case and spaces do not get around it.
+        // Case, spaces and librdkafka's `topic.` prefix do not get around it.
         assert!(load_str("[kafka.properties]\n\" Auto.Offset.Reset \" = \"latest\"").is_err());
+        assert!(load_str("[kafka.properties]\n\"topic.auto.offset.reset\" = \"latest\"").is_err());
+        assert!(load_str("[kafka.properties]\n\"topic.acks\" = \"1\"").is_err());
         // Tuning and security stay settable.
         let c = load_str(
             "[kafka.properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = \"6000\"",

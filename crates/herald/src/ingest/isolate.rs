@@ -119,13 +119,30 @@ async fn produce_dead_letters(
         Duration::from_millis(100),
         Duration::from_millis(ctx.config.ingest.retry_backoff_max_ms),
     );
+    // Letters not yet acknowledged; each try produces only these (taken out for the try,
+    // the failed ones put back).
+    let pending = std::sync::Mutex::new(poison.iter().collect::<Vec<&DeadLetter<'_>>>());
+    let take = || std::mem::take(&mut *pending.lock().unwrap_or_else(|e| e.into_inner()));
     let sent = run_with_retries(
         stage,
         || async {
-            ctx.dead_letters
-                .send_all(poison)
-                .await
-                .map_err(anyhow::Error::from)
+            let letters = take();
+            let results = ctx.dead_letters.send_each(&letters).await;
+            let mut first_error = None;
+            let mut left = Vec::new();
+            for (letter, result) in letters.into_iter().zip(results) {
+                if let Err(e) = result {
+                    left.push(letter);
+                    first_error.get_or_insert(e);
+                }
+            }
+            let unacknowledged = left.len();
+            *pending.lock().unwrap_or_else(|e| e.into_inner()) = left;
+            match first_error {
+                None => Ok(()),
+                Some(e) => Err(anyhow::Error::from(e)
+                    .context(format!("{unacknowledged} dead letter(s) not acknowledged"))),
+            }
         },
         always(class_of),
         schedule,
