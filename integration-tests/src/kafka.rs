@@ -219,14 +219,19 @@ pub fn read_all(topic: &str) -> Result<Vec<Record>> {
     Ok(out)
 }
 
-/// Sum over the topics' partitions of (high watermark - committed offset of `group`).
-/// A partition with no committed offset counts its whole high watermark.
-pub fn committed_lag(group: &str, topics: &[&str]) -> Result<i64> {
-    let consumer: BaseConsumer = ClientConfig::new()
+/// A client that reads `group`'s committed offsets without joining it or committing.
+fn group_reader(group: &str) -> Result<BaseConsumer> {
+    Ok(ClientConfig::new()
         .set("bootstrap.servers", BROKERS)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
-        .create()?;
+        .create()?)
+}
+
+/// Sum over the topics' partitions of (high watermark - committed offset of `group`).
+/// A partition with no committed offset counts its whole high watermark.
+pub fn committed_lag(group: &str, topics: &[&str]) -> Result<i64> {
+    let consumer = group_reader(group)?;
     let mut tpl = TopicPartitionList::new();
     let mut highs = BTreeMap::new();
     for topic in topics {
@@ -254,11 +259,7 @@ pub fn committed_lag(group: &str, topics: &[&str]) -> Result<i64> {
 
 /// The offset `group` committed on `topic`'s `partition` (the next one it will read), if any.
 pub fn committed_offset(group: &str, topic: &str, partition: i32) -> Result<Option<i64>> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()?;
+    let consumer = group_reader(group)?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(topic, partition);
     let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
