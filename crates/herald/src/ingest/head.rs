@@ -3,7 +3,7 @@
 //! `herald_partition_head_of_line_age_seconds` for the ingest group; it grows only while a
 //! batch cannot finish (a stall), whatever the producers' clocks say.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,16 +18,16 @@ impl HeadOfLine {
     pub fn begin(&self, batch: &[OwnedMessage]) {
         let now = Instant::now();
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        for m in batch {
-            map.entry((m.topic().to_owned(), m.partition())).or_insert(now);
+        for (topic, partition) in partitions(batch) {
+            map.entry((topic.to_owned(), partition)).or_insert(now);
         }
     }
 
     /// The batch's work is durable and its offsets stored.
     pub fn done(&self, batch: &[OwnedMessage]) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        for m in batch {
-            map.remove(&(m.topic().to_owned(), m.partition()));
+        for (topic, partition) in partitions(batch) {
+            map.remove(&(topic.to_owned(), partition));
         }
     }
 
@@ -38,6 +38,11 @@ impl HeadOfLine {
             .map(|(k, since)| (k.clone(), since.elapsed()))
             .collect()
     }
+}
+
+/// The batch's partitions, once each (a batch holds hundreds of messages of a few).
+fn partitions(batch: &[OwnedMessage]) -> BTreeSet<(&str, i32)> {
+    batch.iter().map(|m| (m.topic(), m.partition())).collect()
 }
 
 #[cfg(test)]
