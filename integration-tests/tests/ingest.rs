@@ -320,7 +320,9 @@ async fn every_poison_kind_is_dead_lettered_once_and_lag_returns_to_zero() -> Re
         body.to_str().unwrap(),
         "--activate",
     ])?;
-    let _ingest = env.spawn_ingest("ingest", &[])?;
+    // No profile wait: the good event's seller has no profile and its intents are
+    // suppressed at once (tests/profiles.rs holds them).
+    let _ingest = env.spawn_ingest("ingest", &[("HERALD_INGEST__PROFILE_WAIT_SECS", "0")])?;
     let p = producer()?;
     let orders = env.topic("order-events");
     let sellers = env.topic("seller-profiles");

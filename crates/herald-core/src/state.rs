@@ -17,10 +17,14 @@ pub enum IntentState {
     Unknown,
     Failed,
     Suppressed,
+    /// The order's seller had no profile when the order was ingested: the intent's key and
+    /// fingerprint are fixed, its payload is not. Rendered and frozen when the profile
+    /// arrives; `suppressed` (`no_seller_profile`) once `ingest.profile_wait_secs` passed.
+    AwaitingProfile,
 }
 
 impl IntentState {
-    pub const ALL: [IntentState; 8] = [
+    pub const ALL: [IntentState; 9] = [
         IntentState::Pending,
         IntentState::Sending,
         IntentState::Accepted,
@@ -29,6 +33,7 @@ impl IntentState {
         IntentState::Unknown,
         IntentState::Failed,
         IntentState::Suppressed,
+        IntentState::AwaitingProfile,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +46,7 @@ impl IntentState {
             IntentState::Unknown => "unknown",
             IntentState::Failed => "failed",
             IntentState::Suppressed => "suppressed",
+            IntentState::AwaitingProfile => "awaiting_profile",
         }
     }
 
@@ -185,5 +191,6 @@ mod tests {
         assert!(!IntentState::Unknown.is_terminal());
         assert!(!IntentState::RetryScheduled.is_terminal());
         assert!(!IntentState::Pending.is_terminal());
+        assert!(!IntentState::AwaitingProfile.is_terminal());
     }
 }

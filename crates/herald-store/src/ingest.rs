@@ -7,6 +7,7 @@
 //! recorded in `intent_conflicts` and never sent.
 
 use std::collections::{HashMap, HashSet};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use herald_core::render::TemplateRevision;
@@ -15,8 +16,10 @@ use herald_core::{
     SellerRecord,
 };
 use tokio_postgres::types::Json;
+use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
+use crate::holds::{self, Decided, HeldIntent, Release};
 use crate::{sellers, templates, Connection, Result};
 
 /// Intents already holding some of a batch's keys (notification_intents_idempotency_key).
@@ -45,9 +48,12 @@ pub struct NewIntent<'e> {
     pub occurred_at: DateTime<Utc>,
     pub trace_context: Option<String>,
     pub source: SourceRef,
-    /// The event as received, stored with a conflict as evidence (borrowed: it is only
-    /// serialised when a conflict is found).
+    /// The event as received, stored with a conflict as evidence and with a hold (borrowed:
+    /// it is only serialised then).
     pub event_document: &'e serde_json::Map<String, serde_json::Value>,
+    /// Held for this long (`awaiting_profile`): the seller has no profile yet. `payload` is
+    /// then the rendering without a profile, frozen only if the wait runs out.
+    pub hold_for: Option<Duration>,
 }
 
 impl<'e> NewIntent<'e> {
@@ -72,7 +78,14 @@ impl<'e> NewIntent<'e> {
             trace_context,
             source,
             event_document: &event.document,
+            hold_for: None,
         }
+    }
+
+    /// The same intent held for the seller's profile, at most `wait`.
+    pub fn held(mut self, wait: Duration) -> Self {
+        self.hold_for = Some(wait);
+        self
     }
 }
 
@@ -120,13 +133,53 @@ impl<'a> IngestTx<'a> {
         templates::load_active(&*self.tx).await
     }
 
+    /// Takes the sellers' advisory locks until this transaction ends. A transaction that
+    /// holds orders for missing profiles and one that stores those profiles both take them
+    /// before looking, so the second to commit sees the first's rows.
+    pub async fn lock_sellers(&self, sellers: &[(&str, &str)]) -> Result<()> {
+        holds::lock_sellers(&*self.tx, sellers).await
+    }
+
+    /// The open holds of `sellers` within their wait, locked for [`IngestTx::release`].
+    pub async fn open_holds_of(&self, sellers: &[(&str, &str)]) -> Result<Vec<HeldIntent>> {
+        holds::open_of_sellers(&*self.tx, sellers).await
+    }
+
+    /// Up to `limit` open holds within their wait whose seller has a profile and that no
+    /// release failed for, locked.
+    pub async fn open_holds_with_profile(&self, limit: i64) -> Result<Vec<HeldIntent>> {
+        holds::open_with_profile(&*self.tx, limit).await
+    }
+
+    /// Freezes held intents rendered with their profiles (payload, state, outbox row).
+    pub async fn release(&self, releases: &[Release]) -> Result<Vec<Decided>> {
+        holds::release(&*self.tx, releases).await
+    }
+
+    /// Notes on their holds why these intents could not be rendered; they stay held.
+    pub async fn record_release_failures(&self, failures: &[(Uuid, String)]) -> Result<()> {
+        holds::record_failures(&*self.tx, failures).await
+    }
+
+    /// Freezes up to `limit` holds past their wait as `suppressed` / `no_seller_profile`.
+    pub async fn expire_holds(&self, limit: i64) -> Result<Vec<Decided>> {
+        holds::expire_due(&*self.tx, limit).await
+    }
+
     /// Creates or converges the intents of a batch. Returns one [`Convergence`] per input,
     /// in input order.
     pub async fn converge(&self, intents: &[NewIntent<'_>]) -> Result<Vec<Convergence>> {
         if intents.is_empty() {
             return Ok(Vec::new());
         }
-        self.insert_payloads(intents).await?;
+        insert_payloads(
+            &*self.tx,
+            intents
+                .iter()
+                .map(|i| (i.payload_digest.as_str(), &i.payload))
+                .collect(),
+        )
+        .await?;
 
         // The first occurrence of each key in the batch is the candidate for creation; later
         // occurrences are compared against whatever row ends up holding the key.
@@ -141,6 +194,7 @@ impl<'a> IngestTx<'a> {
         // the same order, so they wait for each other instead of deadlocking.
         candidates.sort_by(|a, b| intents[a.0].idempotency_key.cmp(&intents[b.0].idempotency_key));
         let created = self.insert_intents(intents, &candidates).await?;
+        self.insert_holds(intents, &candidates, &created).await?;
 
         let created_at: HashMap<usize, Uuid> = candidates
             .iter()
@@ -208,33 +262,6 @@ impl<'a> IngestTx<'a> {
         Ok(())
     }
 
-    async fn insert_payloads(&self, intents: &[NewIntent<'_>]) -> Result<()> {
-        let mut unique: Vec<&NewIntent<'_>> = intents.iter().collect();
-        // Sorted by digest: concurrent batches lock index entries in one order.
-        unique.sort_by(|a, b| a.payload_digest.cmp(&b.payload_digest));
-        unique.dedup_by(|a, b| a.payload_digest == b.payload_digest);
-        let mut c = PayloadColumns::default();
-        for i in unique {
-            c.push(&i.payload_digest, &i.payload);
-        }
-        // notification_payloads_pkey (digest): content-addressed, so an existing row is
-        // the same content.
-        self.tx
-            .execute(
-                "INSERT INTO notification_payloads
-                    (digest, channel, destination, locale, consent, template, template_revision, subject, body_text, body_html)
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
-                                      $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
-                 ON CONFLICT ON CONSTRAINT notification_payloads_pkey DO NOTHING",
-                &[
-                    &c.digest, &c.channel, &c.destination, &c.locale, &c.consent, &c.template,
-                    &c.revision, &c.subject, &c.body_text, &c.body_html,
-                ],
-            )
-            .await?;
-        Ok(())
-    }
-
     /// Inserts the candidates; returns the ids actually created with their state. The
     /// outbox rows of created, sendable intents are inserted by the same statement.
     async fn insert_intents(
@@ -248,26 +275,33 @@ impl<'a> IngestTx<'a> {
         }
         // notification_intents_business_key / _idempotency_key: DO NOTHING leaves a
         // known key to the comparison in `converge`. next_attempt_at is now() for a
-        // sendable intent: it is due at once.
+        // sendable intent: it is due at once. A held intent gets no payload, revision or
+        // consent yet (its `payload` is the fallback, stored with its hold).
         let rows = self
             .tx
             .query(
                 "WITH input AS (
                     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                                          $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
-                                         $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int4[], $18::int8[])
+                                         $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int4[], $18::int8[],
+                                         $19::bool[])
                         AS t(id, marketplace_id, order_id, event_kind, channel, idempotency_key,
                              request_fingerprint, seller_id, template, template_revision, payload_digest, consent,
-                             trace_context, event_id, occurred_at, source_topic, source_partition, source_offset)
+                             trace_context, event_id, occurred_at, source_topic, source_partition, source_offset,
+                             held)
                  ), created AS (
                     INSERT INTO notification_intents
                         (id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
                          seller_id, template, template_revision, payload_digest, consent, state, next_attempt_at,
                          trace_context, event_id, occurred_at, source_topic, source_partition, source_offset)
                     SELECT id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
-                           seller_id, template, template_revision, payload_digest, consent,
-                           CASE WHEN consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
-                           CASE WHEN consent = 'granted' THEN now() END,
+                           seller_id, template,
+                           CASE WHEN NOT held THEN template_revision END,
+                           CASE WHEN NOT held THEN payload_digest END,
+                           CASE WHEN NOT held THEN consent END,
+                           CASE WHEN held THEN 'awaiting_profile' WHEN consent = 'granted' THEN 'pending'
+                                ELSE 'suppressed' END,
+                           CASE WHEN NOT held AND consent = 'granted' THEN now() END,
                            trace_context, event_id, occurred_at, source_topic, source_partition, source_offset
                     FROM input
                     ON CONFLICT DO NOTHING
@@ -280,7 +314,7 @@ impl<'a> IngestTx<'a> {
                 &[
                     &c.id, &c.marketplace, &c.order, &c.kind, &c.channel, &c.idempotency, &c.fingerprint,
                     &c.seller, &c.template, &c.revision, &c.digest, &c.consent, &c.trace, &c.event_id,
-                    &c.occurred_at, &c.topic, &c.partition, &c.offset,
+                    &c.occurred_at, &c.topic, &c.partition, &c.offset, &c.held,
                 ],
             )
             .await?;
@@ -293,6 +327,32 @@ impl<'a> IngestTx<'a> {
                 Ok((r.get(0), state))
             })
             .collect()
+    }
+
+    /// The holds of the held intents this batch created (each with its own wait).
+    async fn insert_holds(
+        &self,
+        intents: &[NewIntent<'_>],
+        candidates: &[(usize, Uuid)],
+        created: &HashMap<Uuid, IntentState>,
+    ) -> Result<()> {
+        let mut by_wait: HashMap<Duration, Vec<_>> = HashMap::new();
+        for (n, id) in candidates {
+            let i = &intents[*n];
+            if let (Some(wait), true) = (i.hold_for, created.contains_key(id)) {
+                by_wait.entry(wait).or_default().push(holds::NewHold {
+                    intent_id: *id,
+                    marketplace_id: &i.key.marketplace_id,
+                    seller_id: &i.seller_id,
+                    event: i.event_document,
+                    fallback_digest: &i.payload_digest,
+                });
+            }
+        }
+        for (wait, holds) in by_wait {
+            holds::insert(&*self.tx, &holds, wait).await?;
+        }
+        Ok(())
     }
 
     async fn existing(&self, keys: &[&str]) -> Result<HashMap<String, (Uuid, String)>> {
@@ -353,6 +413,36 @@ impl<'a> IngestTx<'a> {
     }
 }
 
+/// Stores payloads once per digest, `(digest, payload)` in any order with repeats.
+pub(crate) async fn insert_payloads(
+    client: &impl GenericClient,
+    mut payloads: Vec<(&str, &Payload)>,
+) -> Result<()> {
+    // Sorted by digest: concurrent batches lock index entries in one order.
+    payloads.sort_by(|a, b| a.0.cmp(b.0));
+    payloads.dedup_by(|a, b| a.0 == b.0);
+    let mut c = PayloadColumns::default();
+    for (digest, payload) in payloads {
+        c.push(digest, payload);
+    }
+    // notification_payloads_pkey (digest): content-addressed, so an existing row is
+    // the same content.
+    client
+        .execute(
+            "INSERT INTO notification_payloads
+                (digest, channel, destination, locale, consent, template, template_revision, subject, body_text, body_html)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
+                                  $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
+             ON CONFLICT ON CONSTRAINT notification_payloads_pkey DO NOTHING",
+            &[
+                &c.digest, &c.channel, &c.destination, &c.locale, &c.consent, &c.template,
+                &c.revision, &c.subject, &c.body_text, &c.body_html,
+            ],
+        )
+        .await?;
+    Ok(())
+}
+
 #[derive(Default)]
 struct PayloadColumns<'a> {
     digest: Vec<&'a str>,
@@ -402,6 +492,7 @@ struct IntentColumns<'a> {
     topic: Vec<&'a str>,
     partition: Vec<i32>,
     offset: Vec<i64>,
+    held: Vec<bool>,
 }
 
 impl<'a> IntentColumns<'a> {
@@ -424,5 +515,6 @@ impl<'a> IntentColumns<'a> {
         self.topic.push(&i.source.topic);
         self.partition.push(i.source.partition);
         self.offset.push(i.source.offset);
+        self.held.push(i.hold_for.is_some());
     }
 }

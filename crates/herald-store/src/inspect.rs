@@ -9,6 +9,7 @@ use herald_core::BusinessKey;
 use serde::Serialize;
 use uuid::Uuid;
 
+use crate::holds::{self, HoldView};
 use crate::{Connection, Result, Store, StoreError};
 
 /// An intent's attempts (notification_attempts_intent_idx, on every partition).
@@ -55,6 +56,8 @@ pub struct BacklogSample {
     /// Age of the oldest due outbox row (zero when none).
     pub outbox_oldest_age: Duration,
     pub intents_unknown: i64,
+    /// Intents `awaiting_profile`, and the age of the oldest.
+    pub holds: holds::HoldSample,
 }
 
 /// Resolves an [`IntentRef`] to the intent's id (`FOR UPDATE` when `lock`).
@@ -102,9 +105,11 @@ pub struct IntentView {
     pub request_fingerprint: String,
     pub seller_id: String,
     pub template: String,
-    pub template_revision: String,
-    pub payload_digest: String,
-    pub consent: String,
+    /// Revision, payload and consent are frozen together: none of them while the intent
+    /// is `awaiting_profile`.
+    pub template_revision: Option<String>,
+    pub payload_digest: Option<String>,
+    pub consent: Option<String>,
     pub state: String,
     pub attempt_count: i32,
     /// Attempts recorded `not_sent` (claimed, nothing sent): not counted by the retry policy.
@@ -120,7 +125,9 @@ pub struct IntentView {
     pub source: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-    pub payload: PayloadView,
+    pub payload: Option<PayloadView>,
+    /// Set when the order was held for its seller's profile.
+    pub hold: Option<HoldView>,
     pub attempts: Vec<AttemptView>,
     pub conflicts: Vec<ConflictView>,
     pub outbox_rows: i64,
@@ -220,6 +227,7 @@ impl Store {
             outbox_due: r.get(0),
             outbox_oldest_age: Duration::from_secs_f64(r.get::<_, f64>(1).max(0.0)),
             intents_unknown: r.get(2),
+            holds: holds::sample(&**conn).await?,
         })
     }
 
@@ -244,7 +252,7 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
                         p.destination, p.locale, p.subject, octet_length(p.body_text), p.body_html IS NOT NULL,
                         (SELECT count(*) FROM outbox o WHERE o.intent_id = i.id),
                         i.unsent_attempts, i.had_unknown
-                 FROM notification_intents i JOIN notification_payloads p ON p.digest = i.payload_digest
+                 FROM notification_intents i LEFT JOIN notification_payloads p ON p.digest = i.payload_digest
                  WHERE i.id = $1",
                 &[&id],
             )
@@ -292,6 +300,14 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
             })
             .collect();
         let destination: Option<String> = r.get(23);
+        let payload = r.get::<_, Option<String>>(24).map(|locale| PayloadView {
+            destination: destination.as_deref().map(mask_destination),
+            locale,
+            subject: r.get(25),
+            body_bytes: r.get(26),
+            has_html: r.get::<_, Option<bool>>(27).unwrap_or(false),
+        });
+        let hold = holds::view(&***conn, id).await?;
         Ok(Some(IntentView {
             id,
             marketplace_id: r.get(1),
@@ -318,13 +334,8 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
             source: r.get(20),
             created_at: r.get(21),
             updated_at: r.get(22),
-            payload: PayloadView {
-                destination: destination.as_deref().map(mask_destination),
-                locale: r.get(24),
-                subject: r.get(25),
-                body_bytes: r.get(26),
-                has_html: r.get(27),
-            },
+            payload,
+            hold,
             attempts,
             conflicts,
             outbox_rows: r.get(28),

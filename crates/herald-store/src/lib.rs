@@ -7,6 +7,7 @@
 
 pub mod delivery;
 pub mod failure;
+pub mod holds;
 pub mod ingest;
 pub mod inspect;
 pub mod migrate;

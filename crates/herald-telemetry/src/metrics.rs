@@ -22,6 +22,9 @@ const LATENCY_BOUNDS: [f64; 14] = [
 ];
 const BATCH_BOUNDS: [f64; 10] = [1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0];
 
+/// What became of held intents (`herald_intents_held_total{outcome}`).
+pub const HOLD_OUTCOMES: [&str; 4] = ["held", "released", "expired", "release_failed"];
+
 pub struct Metrics {
     intents_created: Counter<u64>,
     duplicates_converged: Counter<u64>,
@@ -37,6 +40,7 @@ pub struct Metrics {
     intents_requeued: Counter<u64>,
     batches_retried: Counter<u64>,
     messages_isolated: Counter<u64>,
+    holds: Counter<u64>,
     attempt_duration: Histogram<f64>,
     ingest_batch_size: Histogram<u64>,
     ingest_commit_duration: Histogram<f64>,
@@ -106,6 +110,14 @@ impl Metrics {
                 .with_description(
                     "Messages a permanent failure was narrowed down to (by bisecting their batch) and dead-lettered \
                      alone, by error class",
+                )
+                .build(),
+            holds: meter
+                .u64_counter("herald_intents_held")
+                .with_description(
+                    "Intents of orders whose seller had no profile, by what happened: held (awaiting_profile), \
+                     released (rendered with the profile), expired (suppressed after the wait), release_failed \
+                     (did not render with the profile; still held)",
                 )
                 .build(),
             claims_skipped: meter
@@ -264,6 +276,22 @@ impl Metrics {
         self.messages_isolated.add(1, &[KeyValue::new("class", class)]);
     }
 
+    /// Every outcome of held intents at 0, so that rates and alerts see the series before
+    /// its first increment.
+    pub fn init_holds(&self) {
+        for outcome in HOLD_OUTCOMES {
+            self.holds.add(0, &[KeyValue::new("outcome", outcome)]);
+        }
+    }
+
+    /// `n` held intents had `outcome`, one of [`HOLD_OUTCOMES`].
+    pub fn holds(&self, outcome: &'static str, n: u64) {
+        debug_assert!(HOLD_OUTCOMES.contains(&outcome), "{outcome}");
+        if n > 0 {
+            self.holds.add(n, &[KeyValue::new("outcome", outcome)]);
+        }
+    }
+
     /// Metrics recorded nowhere, for tests of code that records them.
     pub fn unexported() -> Self {
         let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
@@ -329,6 +357,9 @@ pub struct Gauges {
     /// f64 bits of the outbox's oldest row age in seconds.
     outbox_oldest_age: AtomicU64,
     intents_unknown: AtomicI64,
+    intents_awaiting_profile: AtomicI64,
+    /// f64 bits of the oldest open hold's age in seconds.
+    awaiting_profile_oldest_age: AtomicU64,
     deliveries_in_flight: AtomicI64,
     /// Intents the last stranded-intent check re-queued (exported once it ran).
     stranded: AtomicI64,
@@ -346,6 +377,14 @@ impl Gauges {
             .store(outbox_oldest_age.as_secs_f64().to_bits(), Relaxed);
         self.intents_unknown.store(intents_unknown, Relaxed);
         self.database_sampled.store(true, Relaxed);
+    }
+
+    /// Intents `awaiting_profile` and the oldest one's age (sampled with the database
+    /// figures; exported once those are).
+    pub fn set_holds(&self, open: i64, oldest_age: Duration) {
+        self.intents_awaiting_profile.store(open, Relaxed);
+        self.awaiting_profile_oldest_age
+            .store(oldest_age.as_secs_f64().to_bits(), Relaxed);
     }
 
     pub fn add_in_flight(&self, delta: i64) {
@@ -412,6 +451,27 @@ fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
         .with_callback(move |o| {
             if g.database_sampled.load(Relaxed) {
                 o.observe(g.intents_unknown.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_intents_awaiting_profile")
+        .with_description("Intents held for their seller's profile (state awaiting_profile)")
+        .with_callback(move |o| {
+            if g.database_sampled.load(Relaxed) {
+                o.observe(g.intents_awaiting_profile.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .f64_observable_gauge("herald_intents_awaiting_profile_oldest_age")
+        .with_unit("s")
+        .with_description("Age of the oldest intent held for its seller's profile (0 when none)")
+        .with_callback(move |o| {
+            if g.database_sampled.load(Relaxed) {
+                o.observe(f64::from_bits(g.awaiting_profile_oldest_age.load(Relaxed)), &[]);
             }
         })
         .build();

@@ -220,6 +220,16 @@ pub struct IngestConfig {
     pub max_message_bytes: usize,
     /// Longest wait between retries of a batch whose database work failed.
     pub retry_backoff_max_ms: u64,
+    /// How long an order whose seller has no profile yet is held (`awaiting_profile`)
+    /// before its intents are `suppressed` / `no_seller_profile`. 0: suppressed at once.
+    pub profile_wait_secs: u64,
+}
+
+impl IngestConfig {
+    /// The hold of an order whose seller has no profile, if orders are held.
+    pub fn profile_wait(&self) -> Option<std::time::Duration> {
+        (self.profile_wait_secs > 0).then(|| std::time::Duration::from_secs(self.profile_wait_secs))
+    }
 }
 
 impl Default for IngestConfig {
@@ -232,6 +242,7 @@ impl Default for IngestConfig {
             prefetch_max_kbytes: 16 * 1024,
             max_message_bytes: 64 * 1024,
             retry_backoff_max_ms: 10_000,
+            profile_wait_secs: 300,
         }
     }
 }
@@ -606,6 +617,12 @@ impl Config {
             self.ingest.retry_backoff_max_ms,
             10,
             600_000,
+        )?;
+        range(
+            "ingest.profile_wait_secs",
+            self.ingest.profile_wait_secs,
+            0,
+            7 * 86_400,
         )?;
         range("relay.batch_size", self.relay.batch_size as u64, 1, 10_000)?;
         range("relay.poll_interval_ms", self.relay.poll_interval_ms, 10, 600_000)?;

@@ -86,9 +86,11 @@ pub async fn watch_database(metrics: Arc<Metrics>, store: Store) {
     {
         loop {
             match store.backlog_sample().await {
-                Ok(s) => metrics
-                    .gauges()
-                    .set_database(s.outbox_due, s.outbox_oldest_age, s.intents_unknown),
+                Ok(s) => {
+                    let gauges = metrics.gauges();
+                    gauges.set_database(s.outbox_due, s.outbox_oldest_age, s.intents_unknown);
+                    gauges.set_holds(s.holds.open, s.holds.oldest_age);
+                }
                 Err(e) => tracing::debug!(error = %e, "backlog sample failed"),
             }
             tokio::time::sleep(DATABASE_EVERY).await;

@@ -225,6 +225,46 @@ async fn main() -> Result<()> {
     .context("intents still on their way; see .local/demo/herald.log")?;
     println!("demo: every sendable intent reached a final state\n");
 
+    // Order 8045's seller had no profile when the order came: its intents were created but
+    // held (awaiting_profile), with nothing rendered. The profile arrives now, late.
+    let held: i64 = db
+        .query_one(
+            "SELECT count(*) FROM notification_intents WHERE order_id = '8045' AND state = 'awaiting_profile'",
+            &[],
+        )
+        .await?
+        .get(0);
+    println!("demo: order 8045's seller (seller-99) has no profile yet: {held} intent(s) held in awaiting_profile; producing the profile late");
+    let late = Seller {
+        marketplace: "acme",
+        seller_id: "seller-99",
+        email: Some("s99@example.com"),
+        phone: Some("+15555550199"),
+        locale: "fr",
+        email_opt_in: true,
+        sms_opt_in: false,
+        version: 1,
+    };
+    produce(&p, SELLERS, Some(&late.key()), Some(&late.value()), &[]).await?;
+    wait_for(
+        "order 8045 released and delivered",
+        Duration::from_secs(90),
+        || async {
+            let n: i64 = db
+                .query_one(
+                    "SELECT count(*) FROM notification_intents WHERE order_id = '8045'
+                   AND state IN ('awaiting_profile', 'pending', 'sending', 'retry_scheduled')",
+                    &[],
+                )
+                .await?
+                .get(0);
+            Ok((n == 0).then_some(()))
+        },
+    )
+    .await
+    .context("order 8045 still held or on its way; see .local/demo/herald.log")?;
+    println!("demo: order 8045 rendered with the late profile (its locale, address and consent) and sent\n");
+
     let rows = db
         .query(
             "SELECT i.marketplace_id, i.order_id, i.event_kind, i.channel, i.state, i.consent, i.template_revision,
@@ -232,7 +272,7 @@ async fn main() -> Result<()> {
                     (SELECT count(*) FROM intent_conflicts c WHERE c.intent_id = i.id),
                     coalesce((SELECT string_agg(a.attempt_no || ':' || a.outcome || coalesce(' ' || a.provider_message_id, ''), ', ' ORDER BY a.attempt_no)
                               FROM notification_attempts a WHERE a.intent_id = i.id), '-')
-             FROM notification_intents i JOIN notification_payloads p ON p.digest = i.payload_digest
+             FROM notification_intents i LEFT JOIN notification_payloads p ON p.digest = i.payload_digest
              ORDER BY i.marketplace_id, i.order_id, i.event_kind, i.channel",
             &[],
         )
@@ -274,12 +314,13 @@ async fn main() -> Result<()> {
             r.get::<_, String>(2),
             r.get::<_, String>(3),
             r.get::<_, String>(4),
-            r.get::<_, String>(5),
-            r.get::<_, String>(6),
-            r.get::<_, String>(7),
+            // Revision, consent and payload are frozen together; a held intent has none.
+            r.get::<_, Option<String>>(5).unwrap_or_else(|| "-".into()),
+            r.get::<_, Option<String>>(6).unwrap_or_else(|| "-".into()),
+            r.get::<_, Option<String>>(7).unwrap_or_else(|| "-".into()),
             r.get::<_, Option<String>>(8)
                 .map_or_else(|| "-".to_owned(), |d| mask_destination(&d)),
-            r.get::<_, String>(9),
+            r.get::<_, Option<String>>(9).unwrap_or_else(|| "-".into()),
             r.get::<_, i64>(10),
             r.get::<_, String>(11),
         );

@@ -141,7 +141,7 @@ fn print_list(views: &[IntentView]) {
             v.id,
             v.event_kind,
             v.channel,
-            v.template_revision,
+            v.template_revision.as_deref().unwrap_or("-"),
             v.state,
             v.attempts.len(),
             last.map_or("-", |a| a.outcome.as_str()),
@@ -188,15 +188,40 @@ async fn show(config: &Config, which: &[String], json: bool) -> anyhow::Result<(
     println!("idempotency key   {}", v.idempotency_key);
     println!("fingerprint       {}", v.request_fingerprint);
     println!("state             {}", v.state);
-    println!("consent           {}", v.consent);
+    println!("consent           {}", opt(v.consent.clone()));
     println!("seller            {}", v.seller_id);
-    println!(
-        "template          {} revision {} (locale {})",
-        v.template, v.template_revision, v.payload.locale
-    );
-    println!("payload digest    {}", v.payload_digest);
-    println!("destination       {}", opt(v.payload.destination.clone()));
-    println!("subject           {}", opt(v.payload.subject.clone()));
+    match &v.payload {
+        Some(p) => {
+            println!(
+                "template          {} revision {} (locale {})",
+                v.template,
+                opt(v.template_revision.clone()),
+                p.locale
+            );
+            println!("payload digest    {}", opt(v.payload_digest.clone()));
+            println!("destination       {}", opt(p.destination.clone()));
+            println!("subject           {}", opt(p.subject.clone()));
+        }
+        None => println!(
+            "template          {} (not rendered yet: revision, locale, destination and consent are frozen when the profile arrives)",
+            v.template
+        ),
+    }
+    if let Some(h) = &v.hold {
+        let decided = match (h.decision.as_deref(), h.decided_at) {
+            (Some("released"), Some(at)) => format!(
+                "released {} with profile version {}",
+                at.to_rfc3339(),
+                h.profile_version.map_or("-".into(), |v| v.to_string())
+            ),
+            (Some(d), Some(at)) => format!("{d} {} (no profile within the wait)", at.to_rfc3339()),
+            _ => format!("open, expires {}", h.hold_until.to_rfc3339()),
+        };
+        println!("held for profile  from {}: {decided}", h.held_at.to_rfc3339());
+        if let Some(e) = &h.last_error {
+            println!("                  last release failed: {e}");
+        }
+    }
     println!(
         "attempts          {} ({} not sent){}",
         v.attempt_count,

@@ -21,6 +21,7 @@ use tracing::{info, warn, Instrument, Span};
 
 use super::classify::{classify, Routed};
 use super::plan::plan;
+use super::release::{release, Released};
 use super::IngestStats;
 use crate::config::Config;
 use crate::obs::{self, Obs};
@@ -60,13 +61,33 @@ async fn converge_part<'m>(
     let mut classified = classify(&ctx.config, &ctx.seller_topic, part);
     attach_spans(ctx, &mut classified.orders);
     let seller_count = classified.sellers.len() as u64;
+    let hold = ctx.config.ingest.profile_wait();
 
     let mut conn = ctx.store.conn().await?;
     let tx = IngestTx::begin(&mut conn).await?;
+    let renderer = renderer(ctx, &tx).await?;
+    let mut released = Released::default();
     if !classified.sellers.is_empty() {
+        let updated: Vec<(String, String)> = classified
+            .sellers
+            .iter()
+            .map(|r| {
+                let (m, s) = r.ids();
+                (m.to_owned(), s.to_owned())
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let updated: Vec<(&str, &str)> = updated.iter().map(|(m, s)| (m.as_str(), s.as_str())).collect();
+        if hold.is_some() {
+            tx.lock_sellers(&updated).await.context("locking sellers")?;
+        }
         tx.apply_sellers(std::mem::take(&mut classified.sellers))
             .await
             .context("applying seller profiles")?;
+        // Orders held for these sellers are rendered now, with the profiles just stored.
+        let held = tx.open_holds_of(&updated).await.context("reading held intents")?;
+        released = release(&tx, &renderer, held).await?;
     }
     let seller_keys: Vec<(String, String)> = classified
         .orders
@@ -75,26 +96,34 @@ async fn converge_part<'m>(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let profiles = tx
+    let mut profiles = tx
         .sellers(&seller_keys)
         .await
         .context("reading seller profiles")?;
-    let renderer = Renderer::new(
-        tx.active_templates().await.context("reading active templates")?,
-        RenderOptions {
-            default_locale: ctx.config.rendering.default_locale.clone(),
-            sms_max_segments: ctx.config.rendering.sms_max_segments,
-        },
-    );
-    let plan = plan(&renderer, &profiles, &classified.orders);
+    if hold.is_some() {
+        // Sellers without a profile: lock, then look again. A profile committed meanwhile
+        // is used now; one committed after this transaction finds the holds it creates.
+        let missing: Vec<(String, String)> = seller_keys
+            .into_iter()
+            .filter(|k| !profiles.contains_key(k))
+            .collect();
+        if !missing.is_empty() {
+            let keys: Vec<(&str, &str)> = missing.iter().map(|(m, s)| (m.as_str(), s.as_str())).collect();
+            tx.lock_sellers(&keys).await.context("locking sellers")?;
+            profiles.extend(tx.sellers(&missing).await.context("reading seller profiles")?);
+        }
+    }
+    let plan = plan(&renderer, &profiles, &classified.orders, hold);
     let started = Instant::now();
     let results = tx.converge(plan.intents()).await.context("converging intents")?;
     // Failure policy: a crash before this commit leaves nothing behind (the batch is read
     // again); after it, the dead letters and the offset store may be lost, and the replay
-    // converges on the rows just written and produces the dead letters again.
+    // converges on the rows just written and produces the dead letters again. Held intents
+    // released here are frozen with their outbox rows by this same commit.
     tx.commit().await.context("committing the ingest transaction")?;
     drop(conn);
     ctx.obs.metrics.ingest_batch(part.len(), started.elapsed());
+    released.report(&ctx.stats, "profile");
 
     let s = &ctx.stats;
     for ((intent, span), result) in plan.with_spans().zip(&results) {
@@ -114,6 +143,17 @@ async fn converge_part<'m>(
     let mut poison = classified.poison;
     poison.extend(plan.poison);
     Ok(poison)
+}
+
+/// The active templates, compiled, as `tx` reads them.
+pub async fn renderer(ctx: &IngestContext, tx: &IngestTx<'_>) -> anyhow::Result<Renderer> {
+    Ok(Renderer::new(
+        tx.active_templates().await.context("reading active templates")?,
+        RenderOptions {
+            default_locale: ctx.config.rendering.default_locale.clone(),
+            sms_max_segments: ctx.config.rendering.sms_max_segments,
+        },
+    ))
 }
 
 /// Gives each routed order its `process order-events` span (child of the producer's,
@@ -161,11 +201,20 @@ fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats
         Convergence::Created { intent_id, state } => {
             s.intents_created.fetch_add(1, Relaxed);
             s.metrics.intent_created(kind, channel, revision);
-            if *state == IntentState::Suppressed {
-                s.intents_suppressed.fetch_add(1, Relaxed);
+            match state {
+                IntentState::Suppressed => {
+                    s.intents_suppressed.fetch_add(1, Relaxed);
+                }
+                IntentState::AwaitingProfile => s.metrics.holds("held", 1),
+                _ => {}
             }
+            // A held intent's consent and revision are decided when the profile arrives.
+            let (consent, revision) = match state {
+                IntentState::AwaitingProfile => ("undecided", "undecided"),
+                _ => (intent.payload.consent.as_str(), revision),
+            };
             info!(intent_id = %intent_id, channel, template_revision = revision, state = state.as_str(),
-                  consent = intent.payload.consent.as_str(), trace_id, "intent created");
+                  consent, trace_id, "intent created");
         }
         Convergence::Duplicate { intent_id } => {
             s.duplicates.fetch_add(1, Relaxed);

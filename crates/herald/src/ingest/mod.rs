@@ -4,13 +4,17 @@
 //! work committed and its dead letters were acknowledged.
 //!
 //! Stages: `classify` (decode and route, pure), `plan` (render, pure), `converge` (the
-//! transaction and what follows its commit), `isolate` (retries and bisection).
+//! transaction and what follows its commit), `isolate` (retries and bisection). Orders
+//! whose seller has no profile yet are held: `release` renders them when the profile
+//! arrives, `holds` expires them after the wait.
 
 mod classify;
 mod converge;
 mod head;
+mod holds;
 mod isolate;
 mod plan;
+mod release;
 mod stats;
 
 use std::sync::Arc;
@@ -49,7 +53,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         consumer.lag().clone(),
         crate::gauges::Pending::Ingest(head.clone()),
     ));
-    let ctx = IngestContext {
+    let ctx = Arc::new(IngestContext {
         config: config.clone(),
         store,
         dead_letters,
@@ -58,7 +62,12 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         group: group.clone(),
         stats: stats.clone(),
         obs,
-    };
+    });
+    ctx.obs.metrics.init_holds();
+    let sweeper = config
+        .ingest
+        .profile_wait()
+        .map(|wait| tokio::spawn(holds::sweep_every(ctx.clone(), wait)));
     let reporter = tokio::spawn(stats::report_every(stats.clone(), Duration::from_secs(10)));
     info!(group = %group, "ingest consuming");
 
@@ -98,6 +107,9 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     consumer.unsubscribe();
     reporter.abort();
     partition_gauges.abort();
+    if let Some(s) = sweeper {
+        s.abort();
+    }
     ctx.obs.metrics.gauges().set_partitions(&group, []);
     stats.log_totals();
     Ok(())

@@ -1,8 +1,11 @@
 //! What a batch's routed orders become, with no I/O: one intent per (event, channel) that
 //! renders, frozen here with the seller profile and templates the transaction read; and one
-//! dead letter per event that has a channel which did not render.
+//! dead letter per event that has a channel which did not render. With `hold` set, the
+//! intents of an order whose seller has no profile are held (`awaiting_profile`) instead of
+//! frozen: what they render to without a profile is what the wait running out freezes.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use herald_core::event::DeadLetterReason;
 use herald_core::render::{RenderError, Renderer};
@@ -46,6 +49,7 @@ pub fn plan<'c, 'm>(
     renderer: &Renderer,
     profiles: &HashMap<(String, String), SellerProfile>,
     orders: &'c [Routed<'m>],
+    hold: Option<Duration>,
 ) -> Plan<'c, 'm> {
     let mut plan = Plan::default();
     for o in orders {
@@ -71,10 +75,12 @@ pub fn plan<'c, 'm>(
                         partition: o.message.partition(),
                         offset: o.message.offset(),
                     };
-                    plan.push(
-                        NewIntent::new(&o.event, channel, payload, trace_context, source),
-                        span,
-                    );
+                    let intent = NewIntent::new(&o.event, channel, payload, trace_context, source);
+                    let intent = match (seller, hold) {
+                        (None, Some(wait)) => intent.held(wait),
+                        _ => intent,
+                    };
+                    plan.push(intent, span);
                 }
                 Err(e) => failures.push(e),
             }
@@ -147,7 +153,7 @@ mod tests {
             trace_context: None,
             span: None,
         }];
-        let p = plan(&renderer, &HashMap::new(), &orders);
+        let p = plan(&renderer, &HashMap::new(), &orders, None);
         let intents: Vec<(Channel, i32, i64)> = p
             .intents()
             .iter()
@@ -158,5 +164,12 @@ mod tests {
         assert_eq!(p.poison[0].reason, "template_missing");
         assert!(p.poison[0].detail.contains("sms"), "{}", p.poison[0].detail);
         assert!(p.with_spans().all(|(_, span)| span.is_none()));
+        assert!(p.intents()[0].hold_for.is_none());
+
+        // Held: the same intent, its payload rendered without a profile (the fallback).
+        let held = plan(&renderer, &HashMap::new(), &orders, Some(Duration::from_secs(60)));
+        assert_eq!(held.intents()[0].hold_for, Some(Duration::from_secs(60)));
+        assert_eq!(held.intents()[0].payload, p.intents()[0].payload);
+        assert_eq!(held.intents()[0].payload.consent.as_str(), "no_seller_profile");
     }
 }
