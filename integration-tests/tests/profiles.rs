@@ -283,3 +283,71 @@ async fn with_no_wait_an_order_without_a_profile_is_suppressed_at_once() -> Resu
     env.cleanup().await;
     Ok(())
 }
+
+/// An adversary's schedule: two ingest instances, each seller's first order and its profile
+/// produced back to back, so that the order's transaction and the profile's run at the
+/// same moment in different processes. No order may stay held once its profile is stored:
+/// every hold is released by the profile's own transaction, never by the sweeper's
+/// backstop (which would hide a missed release for up to a sweep period).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_and_profiles_racing_in_two_instances_leave_no_order_held() -> Result<()> {
+    const SELLERS: usize = 300;
+    let env = TestEnv::new("profile_race", "").await?;
+    let a = env.spawn_ingest("ingest-a", &[])?;
+    let b = env.spawn_ingest("ingest-b", &[])?;
+    a.wait_partitions_assigned(WAIT).await?;
+    b.wait_partitions_assigned(WAIT).await?;
+    let sellers: Vec<UniqueSeller> = (0..SELLERS).map(|_| UniqueSeller::new()).collect();
+    let ids: Vec<String> = (0..SELLERS).map(|i| format!("seller-r{i}")).collect();
+    let p = producer()?;
+    let orders = env.topic("order-events");
+    let profiles = env.topic("seller-profiles");
+    for (i, (seller, id)) in sellers.iter().zip(&ids).enumerate() {
+        let order_id = format!("9{i:04}");
+        let order = order_event(
+            &format!("evt-{i}"),
+            "order.created",
+            "acme",
+            &order_id,
+            id,
+            "5.00",
+        );
+        let profile = seller.profile(id);
+        let (key, value) = (profile.key(), profile.value());
+        // Both in flight at once: neither waits for the other's acknowledgement.
+        let (o, s) = tokio::join!(
+            produce(&p, &orders, Some(order_id.as_bytes()), Some(&order), &[]),
+            produce(&p, &profiles, Some(&key), Some(&value), &[]),
+        );
+        o?;
+        s?;
+    }
+    env.wait_count(
+        "every intent frozen",
+        "SELECT count(*) FROM notification_intents WHERE state = 'pending' AND consent = 'granted'",
+        2 * SELLERS as i64,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        env.count("SELECT count(*) FROM intent_holds WHERE decision IS DISTINCT FROM 'released'")
+            .await?,
+        0,
+        "no hold open or expired"
+    );
+    let held = env.count("SELECT count(*) FROM intent_holds").await?;
+    let swept = [&a, &b]
+        .iter()
+        .map(|p| p.log().matches("\"how\":\"sweep\"").count())
+        .sum::<usize>();
+    assert_eq!(
+        swept, 0,
+        "{swept} of {held} holds were released by the sweeper, not by their profile's transaction"
+    );
+    println!(
+        "{held} of {} intents were held and released by their profile",
+        2 * SELLERS
+    );
+    env.cleanup().await;
+    Ok(())
+}
