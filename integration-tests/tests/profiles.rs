@@ -351,3 +351,86 @@ async fn orders_and_profiles_racing_in_two_instances_leave_no_order_held() -> Re
     env.cleanup().await;
     Ok(())
 }
+
+/// SIGKILL at both commit points of a release: inside the profile's transaction (its rows
+/// written, not committed) and just after its commit (offsets not stored). The first
+/// leaves the hold open and the profile unstored; the second's replay finds the hold
+/// decided. Either way the order is released once: two intents, two outbox rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_killed_before_or_after_its_commit_is_done_once_on_replay() -> Result<()> {
+    let env = TestEnv::new("release_kill", "").await?;
+    let seller = UniqueSeller::new();
+    let mut first = env.spawn_ingest("ingest-1", &[])?;
+    produce_order(&env, "7401", "seller-kill", "evt-1").await?;
+    env.wait_count(
+        "intents held",
+        "SELECT count(*) FROM notification_intents WHERE state = 'awaiting_profile'",
+        2,
+        WAIT,
+    )
+    .await?;
+    env.wait_lag_zero("herald-ingest", &["order-events"]).await?;
+    first.terminate(WAIT).await?;
+
+    // Killed inside the profile's transaction: it holds the seller's lock when it parks.
+    let mut second = env.spawn_ingest(
+        "ingest-2",
+        &[("FAILPOINTS", "ingest-before-db-commit=sleep(600000)")],
+    )?;
+    produce_profile(&env, &seller.profile("seller-kill")).await?;
+    env.wait_count(
+        "the profile's transaction parked with the seller's lock",
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        1,
+        WAIT,
+    )
+    .await?;
+    second.kill()?;
+    env.wait_count(
+        "the killed transaction rolled back",
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        0,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(env.count("SELECT count(*) FROM sellers").await?, 0);
+    assert_held(&env, 2).await?;
+
+    // Killed just after the commit, before the offsets are stored.
+    let mut third = env.spawn_ingest(
+        "ingest-3",
+        &[("FAILPOINTS", "ingest-after-db-commit=sleep(600000)")],
+    )?;
+    env.wait_count(
+        "released by the replayed profile",
+        "SELECT count(*) FROM intent_holds WHERE decision = 'released'",
+        2,
+        WAIT,
+    )
+    .await?;
+    third.kill()?;
+
+    let fourth = env.spawn_ingest("ingest-4", &[])?;
+    env.wait_lag_zero("herald-ingest", &["order-events", "seller-profiles"])
+        .await?;
+    assert!(fourth.log().contains("ingest consuming"), "{}", fourth.log());
+    assert_eq!(
+        env.count("SELECT count(*) FROM notification_intents WHERE state = 'pending'")
+            .await?,
+        2
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM outbox").await?,
+        2,
+        "released once: one outbox row per intent"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM intent_holds WHERE decision = 'released' AND profile_version = 1")
+            .await?,
+        2
+    );
+    env.cleanup().await;
+    Ok(())
+}

@@ -19,7 +19,7 @@ use futures::future::try_join_all;
 use serde_json::{json, Value};
 
 use super::invariants::RefusedInput;
-use super::plan::Plan;
+use super::plan::{Plan, LATE_SELLER};
 use super::rng::Rng;
 use crate::kafka::{produce, producer};
 use crate::samples::Seller;
@@ -152,6 +152,18 @@ impl HostileStream {
                 }
             }
         }
+        // The late seller's profile comes halfway, among the hostile messages.
+        let late = Plan::seller_id(LATE_SELLER);
+        let profile = plan.sellers[LATE_SELLER].profile(&late);
+        messages.insert(
+            messages.len() / 2,
+            Outgoing {
+                topic: Topic::Sellers,
+                key: profile.key(),
+                value: profile.value(),
+                refused: None,
+            },
+        );
         Self {
             messages,
             seller_versions,

@@ -1,7 +1,9 @@
 //! What a scenario produces: orders with a run-unique tag in their ids, each published one
 //! or more times (exact re-emissions, some from a second producer), and for a share of
-//! them a re-emission with changed content. The plan is also the expectation the
-//! invariants are checked against.
+//! them a re-emission with changed content. One seller in eight is late: its profile is
+//! produced halfway through the orders, so its earlier orders are held (`awaiting_profile`)
+//! and must be released and sent once, under the scenario's faults. The plan is also the
+//! expectation the invariants are checked against.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,10 +124,11 @@ impl Plan {
         self.orders.len() * CHANNELS.len()
     }
 
-    /// Publishes the sellers' profiles (opted in, destinations of their own) and waits
-    /// until they are stored, so that every order is routed with consent granted.
+    /// Publishes the profiles (opted in, destinations of their own) of every seller but
+    /// the late one and waits until they are stored, so that every order is routed with
+    /// consent granted (the late seller's once its profile came).
     pub async fn seed_sellers(&self, env: &TestEnv) -> Result<()> {
-        let ids: Vec<String> = (0..self.sellers.len()).map(Self::seller_id).collect();
+        let ids: Vec<String> = (0..LATE_SELLER).map(Self::seller_id).collect();
         let profiles: Vec<_> = self
             .sellers
             .iter()
@@ -134,7 +137,18 @@ impl Plan {
             .collect();
         publish_sellers(env, &profiles).await
     }
+
+    /// Produces the late seller's profile (acknowledged by the broker).
+    async fn publish_late_seller(&self, p: &FutureProducer, topic: &str) -> Result<()> {
+        let id = Self::seller_id(LATE_SELLER);
+        let profile = self.sellers[LATE_SELLER].profile(&id);
+        produce(p, topic, Some(&profile.key()), Some(&profile.value()), &[]).await?;
+        Ok(())
+    }
 }
+
+/// The seller whose profile comes halfway through the orders.
+pub const LATE_SELLER: usize = SELLERS - 1;
 
 /// What was produced, once every message was acknowledged by the broker.
 pub struct Production {
@@ -143,15 +157,24 @@ pub struct Production {
 }
 
 /// Produces the plan's messages evenly over `over` (ten slices a second) from two
-/// producers, then its conflicting re-emissions. Each slice waits for the broker's
-/// acknowledgements, so a broker outage stretches the production instead of losing it.
-pub async fn produce_plan(plan: Arc<Plan>, topic: String, over: Duration) -> Result<Production> {
+/// producers, the late seller's profile to `seller_topic` halfway, then the conflicting
+/// re-emissions. Each slice waits for the broker's acknowledgements, so a broker outage
+/// stretches the production instead of losing it.
+pub async fn produce_plan(
+    plan: Arc<Plan>,
+    topic: String,
+    seller_topic: String,
+    over: Duration,
+) -> Result<Production> {
     let producers = [producer()?, producer()?];
     let slices = (over.as_millis() / 100).max(1) as usize;
     let per_slice = plan.messages.len().div_ceil(slices).max(1);
     let chunks = plan.messages.len().div_ceil(per_slice).max(1);
     let start = Instant::now();
     for (n, chunk) in plan.messages.chunks(per_slice).enumerate() {
+        if n == chunks / 2 {
+            plan.publish_late_seller(&producers[0], &seller_topic).await?;
+        }
         send_all(&producers, &plan, &topic, chunk).await?;
         // Evenly over the whole of `over`, however few the messages.
         let due = start + over.mul_f64((n + 1) as f64 / chunks as f64);

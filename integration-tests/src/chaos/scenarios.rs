@@ -336,6 +336,7 @@ impl Run {
         tokio::spawn(produce_plan(
             self.plan.clone(),
             self.env.topic("order-events"),
+            self.env.topic("seller-profiles"),
             over,
         ))
     }
@@ -449,10 +450,14 @@ async fn conflicts(scale: Scale, rng: &mut Rng) -> Result<Report> {
 const FAST_FAILOVER: &str = "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n";
 
 /// The named failpoints, each parking a share of the passes until the process is killed:
-/// a SIGKILL then lands right after the database commit, the publish, the claim, the send
-/// or the record.
+/// a SIGKILL then lands just before or right after the database commit (an ingest
+/// transaction parked open, its row and seller locks held), the publish, the claim, the
+/// send or the record.
 const FAILPOINTS: [(&str, &str); 3] = [
-    ("ingest", "ingest-after-db-commit=3%sleep(600000)"),
+    (
+        "ingest",
+        "ingest-before-db-commit=2%sleep(600000);ingest-after-db-commit=3%sleep(600000)",
+    ),
     ("relay", "relay-after-publish=3%sleep(600000)"),
     (
         "deliver",

@@ -120,6 +120,7 @@ async fn converge_part<'m>(
     // again); after it, the dead letters and the offset store may be lost, and the replay
     // converges on the rows just written and produces the dead letters again. Held intents
     // released here are frozen with their outbox rows by this same commit.
+    fail::fail_point!("ingest-before-db-commit");
     tx.commit().await.context("committing the ingest transaction")?;
     drop(conn);
     ctx.obs.metrics.ingest_batch(part.len(), started.elapsed());
