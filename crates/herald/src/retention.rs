@@ -62,12 +62,20 @@ pub struct PassContext<'a> {
 }
 
 impl PassContext<'_> {
-    fn failed(&self, report: &mut PassReport, step: &'static str, e: impl std::fmt::Display) {
-        tracing::error!(step, error = %e, "retention step failed; the next pass tries again");
+    fn failed(&self, report: &mut PassReport, step: &'static str, e: herald_store::StoreError) {
+        // The whole chain: tokio-postgres says "db error" and keeps PostgreSQL's message
+        // (e.g. "must be owner of table notification_attempts") in its source.
+        let mut text = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            text = format!("{text}: {s}");
+            source = s.source();
+        }
+        tracing::error!(step, error = %text, "retention step failed; the next pass tries again");
         if let Some(m) = self.metrics {
             m.retention_failed(step);
         }
-        report.failures.push((step, e.to_string()));
+        report.failures.push((step, text));
     }
 
     fn count(&self, what: &'static str, n: u64) {

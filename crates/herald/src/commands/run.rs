@@ -77,7 +77,8 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
                 }
             }
             Err(e) => {
-                tracing::error!(error = %e, "attempt partition upkeep failed at start-up; starting anyway");
+                let e = anyhow::Error::new(e);
+                tracing::error!(error = %format!("{e:#}"), "attempt partition upkeep failed at start-up; starting anyway");
                 obs.metrics.retention_failed("partition_upkeep");
             }
         }
