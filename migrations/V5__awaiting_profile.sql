@@ -49,3 +49,6 @@ CREATE INDEX intent_holds_open_seller_idx
 -- Open holds by deadline: what expires next, and the oldest hold for the gauge.
 CREATE INDEX intent_holds_open_until_idx
     ON intent_holds (hold_until) WHERE decision IS NULL;
+-- Whether a payload is some hold's fallback: retention keeps those (hash: equality only,
+-- a 4-byte hash per entry instead of the 64-character digest).
+CREATE INDEX intent_holds_fallback_idx ON intent_holds USING hash (fallback_digest);

@@ -426,14 +426,21 @@ pub(crate) async fn insert_payloads(
         c.push(digest, payload);
     }
     // notification_payloads_pkey (digest): content-addressed, so an existing row is
-    // the same content.
+    // the same content. Its body may have been purged by retention: then this content
+    // (the same, by its digest) is put back, for the new intent will be sent. DO UPDATE
+    // also locks the existing row until commit, so retention, which locks the rows it
+    // purges or deletes before it looks for their intents, sees this batch's intents
+    // or makes it wait (see `retention`).
     client
         .execute(
-            "INSERT INTO notification_payloads
+            "INSERT INTO notification_payloads AS p
                 (digest, channel, destination, locale, consent, template, template_revision, subject, body_text, body_html)
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
                                   $6::text[], $7::text[], $8::text[], $9::text[], $10::text[])
-             ON CONFLICT ON CONSTRAINT notification_payloads_pkey DO NOTHING",
+             ON CONFLICT ON CONSTRAINT notification_payloads_pkey DO UPDATE
+                SET destination = EXCLUDED.destination, subject = EXCLUDED.subject,
+                    body_text = EXCLUDED.body_text, body_html = EXCLUDED.body_html, body_purged_at = NULL
+              WHERE p.body_purged_at IS NOT NULL",
             &[
                 &c.digest, &c.channel, &c.destination, &c.locale, &c.consent, &c.template,
                 &c.revision, &c.subject, &c.body_text, &c.body_html,

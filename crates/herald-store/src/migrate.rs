@@ -1,8 +1,9 @@
-//! Applies `migrations/` (refinery, versioned SQL files embedded at build time) and keeps
-//! the monthly partitions of `notification_attempts` created ahead of time.
+//! Applies `migrations/` (refinery, versioned SQL files embedded at build time), then the
+//! partition upkeep of `notification_attempts` ([`crate::partitions`]).
 
-use chrono::{Datelike, NaiveDate, Utc};
+use chrono::{NaiveDate, Utc};
 
+use crate::partitions::{self, LockMode, UpkeepReport};
 use crate::{Result, Store};
 
 mod embedded {
@@ -16,13 +17,16 @@ const MIGRATION_LOCK: i64 = 0x0068_6572_616c_6400;
 #[derive(Debug)]
 pub struct MigrationReport {
     pub applied: Vec<String>,
-    pub partitions_created: Vec<String>,
+    /// The partition upkeep after the migrations. Its failure does not fail the migration:
+    /// start-up must not depend on it (the schedule tries again); `herald migrate` reports it.
+    pub partitions: Result<UpkeepReport>,
 }
 
 impl Store {
-    /// Applies pending migrations and creates the attempt partitions for this month and the
-    /// next `months_ahead`. Safe to run concurrently: an advisory lock serialises runners.
-    pub async fn migrate(&self, months_ahead: u32) -> Result<MigrationReport> {
+    /// Applies pending migrations, then runs the partition upkeep (this month and the next
+    /// `months_ahead`, and any month after `keep_from` stranded in the default partition). Safe to run
+    /// concurrently: advisory locks serialise runners. `Err`: the migrations failed.
+    pub async fn migrate(&self, months_ahead: u32, keep_from: NaiveDate) -> Result<MigrationReport> {
         let mut client = self.dedicated().await?;
         client
             .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
@@ -38,11 +42,8 @@ impl Store {
                     .iter()
                     .map(|m| format!("V{}__{}", m.version(), m.name()))
                     .collect();
-                let partitions_created = ensure_attempt_partitions(&client, months_ahead).await?;
-                Ok(MigrationReport {
-                    applied,
-                    partitions_created,
-                })
+                let partitions = upkeep_locked(&mut client, months_ahead, keep_from).await;
+                Ok(MigrationReport { applied, partitions })
             }
             Err(e) => Err(e.into()),
         };
@@ -77,55 +78,24 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// Creates `notification_attempts_YYYY_MM` for the current month and `months_ahead` more.
-/// Idempotent. Returns the names it created.
-async fn ensure_attempt_partitions(
-    client: &tokio_postgres::Client,
+/// The partition upkeep on the migration's session, under [`partitions::PARTITION_LOCK`]
+/// too (the schedule of a running instance may be at it).
+async fn upkeep_locked(
+    client: &mut tokio_postgres::Client,
     months_ahead: u32,
-) -> Result<Vec<String>> {
-    let today = Utc::now().date_naive();
-    let mut month = NaiveDate::from_ymd_opt(today.year(), today.month(), 1).expect("valid date");
-    let mut created = Vec::new();
-    for _ in 0..=months_ahead {
-        let next = next_month(month);
-        let name = format!("notification_attempts_{:04}_{:02}", month.year(), month.month());
-        let exists: bool = client
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
-            .await?
-            .get(0);
-        if !exists {
-            // Partition bounds are dates computed here, not input: formatting them into the
-            // DDL is safe (DDL takes no bind parameters).
+    keep_from: NaiveDate,
+) -> Result<UpkeepReport> {
+    client.batch_execute(partitions::SESSION_LOCK_TIMEOUT).await?;
+    let report = match partitions::lock(client, LockMode::Wait).await {
+        Ok(_) => {
+            let report = partitions::upkeep(client, Utc::now().date_naive(), months_ahead, keep_from).await;
             client
-                .batch_execute(&format!(
-                    "CREATE TABLE IF NOT EXISTS {name} PARTITION OF notification_attempts \
-                     FOR VALUES FROM ('{month}') TO ('{next}')"
-                ))
+                .execute("SELECT pg_advisory_unlock($1)", &[&partitions::PARTITION_LOCK])
                 .await?;
-            created.push(name);
+            report
         }
-        month = next;
-    }
-    Ok(created)
-}
-
-fn next_month(d: NaiveDate) -> NaiveDate {
-    if d.month() == 12 {
-        NaiveDate::from_ymd_opt(d.year() + 1, 1, 1)
-    } else {
-        NaiveDate::from_ymd_opt(d.year(), d.month() + 1, 1)
-    }
-    .expect("valid date")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn next_month_wraps_the_year() {
-        let d = |y, m| NaiveDate::from_ymd_opt(y, m, 1).unwrap();
-        assert_eq!(next_month(d(2026, 12)), d(2027, 1));
-        assert_eq!(next_month(d(2026, 1)), d(2026, 2));
-    }
+        Err(e) => Err(e),
+    };
+    client.batch_execute("RESET lock_timeout").await?;
+    report
 }

@@ -110,6 +110,48 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         indexes: &["intent_id_attempt_no_idx"],
         params: || vec![Box::new(Uuid::nil())],
     },
+    // Retention: not per event, but hourly on the largest tables, where a sequential scan
+    // would read them whole each pass.
+    HotStatement {
+        name: "retention: payloads whose body is due",
+        sql: crate::retention::PURGE_CANDIDATES,
+        indexes: &["notification_payloads_unpurged_idx"],
+        params: || {
+            let cutoff = chrono::Utc::now() - chrono::Duration::days(90);
+            vec![
+                Box::new(cutoff),
+                Box::new(chrono::DateTime::<chrono::Utc>::UNIX_EPOCH),
+                Box::new(String::new()),
+                Box::new(1000i64),
+            ]
+        },
+    },
+    HotStatement {
+        name: "retention: purge bodies no live intent references",
+        sql: crate::retention::PURGE_BODIES,
+        indexes: &["notification_intents_payload_digest_idx"],
+        params: || vec![Box::new(texts())],
+    },
+    HotStatement {
+        name: "retention: terminal intents created before the cutoff",
+        sql: crate::retention::INTENT_CANDIDATES,
+        indexes: &["notification_intents_pkey"],
+        params: || {
+            let cutoff = chrono::Utc::now() - chrono::Duration::days(730);
+            vec![
+                Box::new(Uuid::nil()),
+                Box::new(crate::retention::v7_floor(cutoff)),
+                Box::new(cutoff),
+                Box::new(1000i64),
+            ]
+        },
+    },
+    HotStatement {
+        name: "retention: delete payloads no intent references",
+        sql: crate::retention::DELETE_UNREFERENCED_PAYLOADS,
+        indexes: &["notification_intents_payload_digest_idx"],
+        params: || vec![Box::new(texts())],
+    },
 ];
 
 impl HotStatement {

@@ -46,8 +46,27 @@ pub struct Metrics {
     ingest_commit_duration: Histogram<f64>,
     delivery_batch_size: Histogram<u64>,
     delivery_db_duration: Histogram<f64>,
+    retention_removed: Counter<u64>,
+    retention_failures: Counter<u64>,
     gauges: Arc<Gauges>,
 }
+
+/// What retention removes (`herald_retention_removed_total{what}`).
+pub const RETENTION_REMOVED: [&str; 5] = [
+    "partitions",
+    "default_attempts",
+    "payload_bodies",
+    "intents",
+    "payloads",
+];
+/// The steps of a retention pass that can fail (`herald_retention_failures_total{step}`).
+pub const RETENTION_STEPS: [&str; 5] = [
+    "connect",
+    "partition_upkeep",
+    "attempts",
+    "payload_bodies",
+    "intents",
+];
 
 impl Metrics {
     pub fn new(meter: &Meter, version: &'static str) -> Self {
@@ -158,8 +177,42 @@ impl Metrics {
                 )
                 .with_boundaries(LATENCY_BOUNDS.to_vec())
                 .build(),
+            retention_removed: meter
+                .u64_counter("herald_retention_removed")
+                .with_description(
+                    "What retention removed, by what: partitions (dropped), default_attempts (rows of the default \
+                     partition), payload_bodies (purged), intents and payloads (deleted)",
+                )
+                .build(),
+            retention_failures: meter
+                .u64_counter("herald_retention_failures")
+                .with_description(
+                    "Retention passes or partition upkeeps that failed, by step (connect, partition_upkeep, attempts, \
+                     payload_bodies, intents); the daemon keeps running and tries again",
+                )
+                .build(),
             gauges,
         }
+    }
+
+    /// Exports the retention counters at 0 for every label, so alerts see them at once.
+    pub fn init_retention(&self) {
+        for what in RETENTION_REMOVED {
+            self.retention_removed.add(0, &[KeyValue::new("what", what)]);
+        }
+        for step in RETENTION_STEPS {
+            self.retention_failures.add(0, &[KeyValue::new("step", step)]);
+        }
+    }
+
+    /// Retention removed `n` of `what` (one of [`RETENTION_REMOVED`]).
+    pub fn retention_removed(&self, what: &'static str, n: u64) {
+        self.retention_removed.add(n, &[KeyValue::new("what", what)]);
+    }
+
+    /// A retention step failed (one of [`RETENTION_STEPS`]).
+    pub fn retention_failed(&self, step: &'static str) {
+        self.retention_failures.add(1, &[KeyValue::new("step", step)]);
     }
 
     pub fn gauges(&self) -> &Arc<Gauges> {
@@ -365,6 +418,12 @@ pub struct Gauges {
     stranded: AtomicI64,
     stranded_checked: AtomicBool,
     ready: AtomicBool,
+    /// Rows in notification_attempts_default (counted up to a cap), once sampled.
+    attempts_default_rows: AtomicI64,
+    attempts_default_sampled: AtomicBool,
+    /// f64 bits of the Unix time of the last retention pass that completed, once one did.
+    retention_last_success: AtomicU64,
+    retention_succeeded: AtomicBool,
     /// Database-derived gauges are exported only once they have been measured.
     database_sampled: AtomicBool,
     partitions: Mutex<BTreeMap<PartitionKey, PartitionSample>>,
@@ -385,6 +444,17 @@ impl Gauges {
         self.intents_awaiting_profile.store(open, Relaxed);
         self.awaiting_profile_oldest_age
             .store(oldest_age.as_secs_f64().to_bits(), Relaxed);
+    }
+
+    pub fn set_attempts_default_rows(&self, rows: i64) {
+        self.attempts_default_rows.store(rows, Relaxed);
+        self.attempts_default_sampled.store(true, Relaxed);
+    }
+
+    /// A retention pass completed at `unix_secs`.
+    pub fn set_retention_success(&self, unix_secs: f64) {
+        self.retention_last_success.store(unix_secs.to_bits(), Relaxed);
+        self.retention_succeeded.store(true, Relaxed);
     }
 
     pub fn add_in_flight(&self, delta: i64) {
@@ -489,6 +559,32 @@ fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
         .build();
     let g = gauges.clone();
     meter
+        .i64_observable_gauge("herald_attempts_default_partition_rows")
+        .with_description(
+            "Attempt rows in notification_attempts_default (their month had no partition), counted up to 10001; \
+             0 when partition upkeep keeps up",
+        )
+        .with_callback(move |o| {
+            if g.attempts_default_sampled.load(Relaxed) {
+                o.observe(g.attempts_default_rows.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .f64_observable_gauge("herald_retention_last_success_timestamp")
+        .with_unit("s")
+        .with_description(
+            "Unix time of the last retention pass (partition upkeep and clocks) this process completed",
+        )
+        .with_callback(move |o| {
+            if g.retention_succeeded.load(Relaxed) {
+                o.observe(f64::from_bits(g.retention_last_success.load(Relaxed)), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
         .i64_observable_gauge("herald_deliveries_in_flight")
         .with_description("Delivery attempts started in this process and not yet recorded")
         .with_callback(move |o| o.observe(g.deliveries_in_flight.load(Relaxed), &[]))
@@ -570,6 +666,11 @@ mod tests {
             m.batch_retried("ingest", "connection");
             m.message_isolated("data_exception");
             m.init_delivery(&["sms"], &["shutdown"]);
+            m.init_retention();
+            m.retention_removed("payload_bodies", 3);
+            m.retention_failed("partition_upkeep");
+            m.gauges().set_attempts_default_rows(12);
+            m.gauges().set_retention_success(1_700_000_000.0);
             m.gauges().set_database(7, Duration::from_secs(3), 1);
             m.gauges().set_partitions(
                 "herald-delivery",
@@ -603,6 +704,11 @@ mod tests {
             "herald_outbox_backlog 7",
             "herald_outbox_oldest_age_seconds 3",
             "herald_intents_unknown 1",
+            r#"herald_retention_removed_total{what="payload_bodies"} 3"#,
+            r#"herald_retention_removed_total{what="intents"} 0"#,
+            r#"herald_retention_failures_total{step="partition_upkeep"} 1"#,
+            "herald_attempts_default_partition_rows 12",
+            "herald_retention_last_success_timestamp_seconds 1700000000",
             r#"herald_kafka_consumer_lag{group="herald-delivery",partition="4",topic="herald.deliveries"} 5"#,
             r#"herald_partition_head_of_line_age_seconds{group="herald-delivery",partition="4",topic="herald.deliveries"} 1"#,
             r#"herald_build_info{version="9.9.9"} 1"#,

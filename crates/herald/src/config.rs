@@ -33,6 +33,7 @@ pub struct Config {
     pub aws: AwsConfig,
     pub channels: ChannelsConfig,
     pub rendering: RenderingConfig,
+    pub retention: RetentionConfig,
     pub routes: Vec<Route>,
 }
 
@@ -449,6 +450,39 @@ impl Default for RenderingConfig {
     }
 }
 
+/// Retention's three clocks (DESIGN.md, "Retention"). Defaults and their reasons are in
+/// `config/herald.example.toml`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Whole monthly partitions of `notification_attempts` whose upper bound is older than
+    /// this many months are dropped (older rows of the default partition deleted).
+    pub attempt_months: u32,
+    /// Rendered subject, bodies and destination of payloads created longer ago are purged
+    /// (never while a non-terminal intent references the payload).
+    pub payload_body_days: u32,
+    /// Terminal intents created and last updated longer ago are deleted with their rows.
+    /// Unset: kept forever.
+    pub intent_days: Option<u32>,
+    /// The pass inside `herald run` (partition upkeep and the clocks); 0: none (run
+    /// `herald retention run` from a scheduler instead).
+    pub interval_secs: u64,
+    /// Rows per statement (and transaction) of the clocks.
+    pub batch_size: i64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            attempt_months: 6,
+            payload_body_days: 90,
+            intent_days: None,
+            interval_secs: 3600,
+            batch_size: 1000,
+        }
+    }
+}
+
 /// Maps an event kind to a template and the channels it notifies on.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -459,7 +493,7 @@ pub struct Route {
 }
 
 /// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "log",
     "telemetry",
     "admin",
@@ -471,6 +505,7 @@ const SECTIONS: [&str; 11] = [
     "aws",
     "channels",
     "rendering",
+    "retention",
 ];
 
 impl Config {
@@ -644,6 +679,21 @@ impl Config {
             1,
             7 * 86_400,
         )?;
+        let r = &self.retention;
+        range("retention.attempt_months", r.attempt_months.into(), 1, 1200)?;
+        range(
+            "retention.payload_body_days",
+            r.payload_body_days.into(),
+            1,
+            365_000,
+        )?;
+        if let Some(days) = r.intent_days {
+            range("retention.intent_days", days.into(), 1, 365_000)?;
+        }
+        if r.interval_secs != 0 {
+            range("retention.interval_secs", r.interval_secs, 60, 7 * 86_400)?;
+        }
+        range("retention.batch_size", r.batch_size as u64, 1, 10_000)?;
         if let Some(role) = &self.database.runtime_role {
             let mut chars = role.chars();
             let valid = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
@@ -1009,14 +1059,55 @@ mod tests {
     }
 
     #[test]
+    fn retention_defaults_keep_intents_and_bad_values_name_their_key() {
+        let c = load_str("").unwrap();
+        assert_eq!(
+            (
+                c.retention.attempt_months,
+                c.retention.payload_body_days,
+                c.retention.intent_days
+            ),
+            (6, 90, None)
+        );
+        assert_eq!((c.retention.interval_secs, c.retention.batch_size), (3600, 1000));
+        assert_eq!(
+            load_str("[retention]\nintent_days = 400")
+                .unwrap()
+                .retention
+                .intent_days,
+            Some(400)
+        );
+        assert_eq!(
+            load_str("[retention]\ninterval_secs = 0")
+                .unwrap()
+                .retention
+                .interval_secs,
+            0
+        );
+        for (toml, key) in [
+            ("attempt_months = 0", "retention.attempt_months"),
+            ("payload_body_days = 0", "retention.payload_body_days"),
+            ("intent_days = 0", "retention.intent_days"),
+            ("interval_secs = 5", "retention.interval_secs"),
+            ("batch_size = 0", "retention.batch_size"),
+            ("batch_size = 1000000", "retention.batch_size"),
+        ] {
+            let e = load_str(&format!("[retention]\n{toml}")).unwrap_err();
+            assert!(format!("{e:#}").contains(key), "{toml}: {e:#}");
+        }
+    }
+
+    #[test]
     #[allow(clippy::result_large_err)] // figment's Jail API returns its own large error
     fn environment_overrides_the_file() {
         figment::Jail::expect_with(|jail| {
             jail.create_file("h.toml", "[ingest]\nbatch_max_messages = 100")?;
             jail.set_env("HERALD_INGEST__BATCH_MAX_MESSAGES", "250");
+            jail.set_env("HERALD_RETENTION__INTENT_DAYS", "730");
             jail.set_env("HERALD_BIN", "/not/configuration");
             let c = Config::load(Path::new("h.toml"), true).map_err(|e| e.to_string())?;
             assert_eq!(c.ingest.batch_max_messages, 250);
+            assert_eq!(c.retention.intent_days, Some(730));
             Ok(())
         });
     }

@@ -80,7 +80,8 @@ pub async fn watch_partitions(metrics: Arc<Metrics>, group: String, lag: LagStat
     }
 }
 
-/// Samples the outbox backlog and the intents in `unknown` until dropped. A failed
+/// Samples the outbox backlog, the intents in `unknown` and the rows of the attempts'
+/// default partition until dropped. A failed
 /// sample keeps the last values (readiness reports the database itself).
 pub async fn watch_database(metrics: Arc<Metrics>, store: Store) {
     {
@@ -92,6 +93,13 @@ pub async fn watch_database(metrics: Arc<Metrics>, store: Store) {
                     gauges.set_holds(s.holds.open, s.holds.oldest_age);
                 }
                 Err(e) => tracing::debug!(error = %e, "backlog sample failed"),
+            }
+            match store
+                .default_partition_rows(crate::retention::DEFAULT_ROWS_CAP)
+                .await
+            {
+                Ok(n) => metrics.gauges().set_attempts_default_rows(n),
+                Err(e) => tracing::debug!(error = %e, "default partition sample failed"),
             }
             tokio::time::sleep(DATABASE_EVERY).await;
         }

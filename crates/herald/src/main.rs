@@ -10,6 +10,7 @@
 //! herald [--config FILE] dead-letter list [--reason R] [--json]
 //! herald [--config FILE] dead-letter replay --record P:O ... | --reason R | --all [--dry-run]
 //! herald [--config FILE] lag [--json]
+//! herald [--config FILE] retention run [--dry-run] [--json]
 //! herald [--config FILE] run --roles ingest,relay
 //! ```
 
@@ -23,6 +24,7 @@ mod ingest;
 mod obs;
 mod progress;
 mod relay;
+mod retention;
 mod retrying;
 mod shutdown;
 
@@ -77,6 +79,11 @@ enum Command {
     },
     /// Consumer lag and head-of-line age per partition, for both consumer groups.
     Lag(commands::lag::LagArgs),
+    /// Partition upkeep and the retention clocks, once (a CronJob's command).
+    Retention {
+        #[command(subcommand)]
+        command: commands::retention::RetentionCommand,
+    },
     /// Run the daemon with the given roles until SIGTERM or SIGINT.
     Run(commands::run::RunArgs),
 }
@@ -129,6 +136,7 @@ fn main() -> ExitCode {
             Command::Intent { command } => commands::intent::run(&config, command).await,
             Command::DeadLetter { command } => commands::dead_letter::run(&config, command).await,
             Command::Lag(args) => commands::lag::run(&config, args).await,
+            Command::Retention { command } => commands::retention::run(&config, command).await,
             Command::Run(args) => commands::run::run(config, args, obs, scrape).await,
         }
     });

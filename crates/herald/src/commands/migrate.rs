@@ -12,11 +12,17 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
     for m in &report.applied {
         println!("applied {m}");
     }
-    for p in &report.partitions_created {
-        println!("created partition {p}");
-    }
     if let Some(role) = &config.database.runtime_role {
         println!("granted {role} read and write on the tables (no DDL)");
+    }
+    let upkeep = report
+        .partitions
+        .context("herald migrate: migrations applied, but the partition upkeep failed")?;
+    for p in &upkeep.created {
+        println!("created partition {p}");
+    }
+    for (p, n) in &upkeep.moved {
+        println!("moved {n} attempt rows from the default partition into {p}");
     }
     Ok(())
 }
@@ -26,7 +32,10 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
 /// and by `herald run` at start-up (`database.migrate_on_start`).
 pub async fn migrate_as_owner(config: &Config) -> anyhow::Result<MigrationReport> {
     let owner = Store::new(&config.owner_store())?;
-    let report = owner.migrate(config.database.attempt_partitions_ahead).await?;
+    let keep_from = crate::retention::cutoffs(&config.retention, chrono::Utc::now()).attempts;
+    let report = owner
+        .migrate(config.database.attempt_partitions_ahead, keep_from)
+        .await?;
     if let Some(role) = &config.database.runtime_role {
         owner
             .grant_runtime(role)

@@ -4,6 +4,7 @@ pub mod dead_letter;
 pub mod intent;
 pub mod lag;
 pub mod migrate;
+pub mod retention;
 pub mod run;
 pub mod template;
 pub mod topics;

@@ -69,6 +69,19 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
         for m in report.applied {
             tracing::info!(migration = %m, "migration applied");
         }
+        // Never a reason not to start: the retention schedule tries again.
+        match report.partitions {
+            Ok(upkeep) => {
+                for p in upkeep.created {
+                    tracing::info!(partition = %p, "attempt partition created");
+                }
+            }
+            Err(e) => {
+                let e = anyhow::Error::new(e);
+                tracing::error!(error = %format!("{e:#}"), "attempt partition upkeep failed at start-up; starting anyway");
+                obs.metrics.retention_failed("partition_upkeep");
+            }
+        }
     }
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     tracing::info!(roles = ?args.roles, version = env!("CARGO_PKG_VERSION"), tracing = obs.tracing, "herald started");
@@ -82,6 +95,11 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
     let mut background = tokio::task::JoinSet::new();
     background.spawn(health.clone().refresh_loop());
     background.spawn(crate::gauges::watch_database(obs.metrics.clone(), store.clone()));
+    background.spawn(crate::retention::run(
+        config.clone(),
+        obs.metrics.clone(),
+        shutdown.clone(),
+    ));
     if !config.admin.listen.is_empty() {
         let state = std::sync::Arc::new(AdminState {
             store: store.clone(),

@@ -1,0 +1,414 @@
+//! Retention's SQL (DESIGN.md, "Retention"): the three clocks, each in bounded batches of
+//! one transaction, so that no pass holds a lock for long and a pass cut short anywhere
+//! leaves only whole batches done.
+//!
+//! - attempts: Herald's monthly partitions of `notification_attempts` whose upper bound
+//!   is before the cutoff are detached and dropped; older rows of the default partition
+//!   deleted.
+//! - payload bodies: subject, bodies and destination of payloads created before the
+//!   cutoff are set NULL (`body_purged_at` set); digest, template, revision, locale and
+//!   consent stay. Never while a non-terminal intent references the digest.
+//! - intents (optional): terminal intents created and last updated before the cutoff are
+//!   deleted with their conflicts, resolutions, outbox rows and attempts, and the payloads
+//!   no intent references any more.
+//!
+//! Runs as the schema owner (DDL), on one connection holding [`RETENTION_LOCK`]. This
+//! module decides nothing about when: the binary schedules it.
+
+use chrono::{DateTime, NaiveDate, Utc};
+use tokio_postgres::Client;
+use uuid::Uuid;
+
+use crate::partitions::{self, LockMode};
+use crate::{Result, Store};
+
+/// One retention pass at a time across instances. ASCII "heraldr\0".
+pub const RETENTION_LOCK: i64 = 0x6865_7261_6c64_7200;
+
+/// Intent states that never change again. Everything else — pending, sending,
+/// retry_scheduled, unknown (resolved `retry`, it is sent again), awaiting_profile, and any
+/// state added later — is non-terminal: its payload is needed and it is never deleted.
+pub const TERMINAL_STATES: [&str; 4] = ["accepted", "rejected", "failed", "suppressed"];
+
+/// What each clock removes: everything strictly before its instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cutoffs {
+    /// Partitions whose upper bound is at or before this day are dropped; default-partition
+    /// rows that started before it deleted.
+    pub attempts: NaiveDate,
+    pub payload_bodies: DateTime<Utc>,
+    /// `None`: intents are kept forever.
+    pub intents: Option<DateTime<Utc>>,
+}
+
+/// The smallest UUIDv7 of the millisecond `at`: every v7 id generated before `at` sorts
+/// below it, so "created before `at`" is a primary-key range.
+pub fn v7_floor(at: DateTime<Utc>) -> Uuid {
+    let millis = u64::try_from(at.timestamp_millis()).unwrap_or(0);
+    uuid::Builder::from_unix_timestamp_millis(millis, &[0; 10]).into_uuid()
+}
+
+/// What one batch of the intent clock deleted (or a preview would delete).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct IntentsRemoved {
+    pub intents: u64,
+    pub conflicts: u64,
+    pub resolutions: u64,
+    /// Holds of intents that once waited for their seller's profile.
+    pub holds: u64,
+    pub outbox: u64,
+    pub attempts: u64,
+    pub payloads: u64,
+}
+
+impl std::ops::AddAssign for IntentsRemoved {
+    fn add_assign(&mut self, o: Self) {
+        self.intents += o.intents;
+        self.conflicts += o.conflicts;
+        self.resolutions += o.resolutions;
+        self.holds += o.holds;
+        self.outbox += o.outbox;
+        self.attempts += o.attempts;
+        self.payloads += o.payloads;
+    }
+}
+
+/// What a whole pass removed, or would remove (a preview).
+#[derive(Debug, Default, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Removed {
+    pub partitions: Vec<String>,
+    /// Rows of the default partition older than the attempts' cutoff.
+    pub default_attempts: u64,
+    pub payload_bodies: u64,
+    pub intents: IntentsRemoved,
+}
+
+/// Where the body purge continues: the last (created_at, digest) it looked at.
+pub type PayloadCursor = (DateTime<Utc>, String);
+
+/// A connection holding [`RETENTION_LOCK`]; dropping it ends the session and the lock.
+pub struct RetentionSession {
+    client: Client,
+}
+
+impl Store {
+    /// A session for one retention pass; `Ok(None)` when another instance is running one.
+    pub async fn retention_session(&self) -> Result<Option<RetentionSession>> {
+        let client = self.dedicated().await?;
+        // No statement of a pass waits long for a lock: it fails, and the next pass retries.
+        client.batch_execute(partitions::SESSION_LOCK_TIMEOUT).await?;
+        let locked: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&RETENTION_LOCK])
+            .await?
+            .get(0);
+        Ok(locked.then_some(RetentionSession { client }))
+    }
+}
+
+// notification_payloads_unpurged_idx (created_at, digest) WHERE body_purged_at IS NULL:
+// the next payloads whose body is due, locked so that ingest (which locks the row it
+// reuses, see `ingest`) cannot attach a new intent to a body being purged.
+pub const PURGE_CANDIDATES: &str = "SELECT created_at, digest FROM notification_payloads
+     WHERE body_purged_at IS NULL AND created_at < $1 AND (created_at, digest) > ($2, $3)
+     ORDER BY created_at, digest LIMIT $4
+     FOR UPDATE SKIP LOCKED";
+
+// notification_payloads_pkey, and notification_intents_payload_digest_idx (hash) for the
+// guard: a body stays while any non-terminal intent references its digest. States are
+// listed terminal-first on purpose (see TERMINAL_STATES).
+pub const PURGE_BODIES: &str = "UPDATE notification_payloads p
+        SET subject = NULL, body_text = NULL, body_html = NULL, destination = NULL, body_purged_at = now()
+      WHERE p.digest = ANY($1) AND p.body_purged_at IS NULL
+        AND NOT EXISTS (SELECT 1 FROM notification_intents i
+                         WHERE i.payload_digest = p.digest
+                           AND i.state NOT IN ('accepted', 'rejected', 'failed', 'suppressed'))";
+
+// notification_intents_pkey: a range of ids (UUIDv7, time-ordered) below the cutoff's,
+// continued from the last id seen. created_at is checked too, for ids that are not v7.
+pub const INTENT_CANDIDATES: &str = "SELECT id, payload_digest FROM notification_intents
+     WHERE id > $1 AND id < $2 AND created_at < $3 AND updated_at < $3
+       AND state IN ('accepted', 'rejected', 'failed', 'suppressed')
+     ORDER BY id LIMIT $4
+     FOR UPDATE SKIP LOCKED";
+
+// notification_payloads_pkey, then notification_intents_payload_digest_idx (hash).
+pub const DELETE_UNREFERENCED_PAYLOADS: &str = "DELETE FROM notification_payloads p
+      WHERE p.digest = ANY($1)
+        AND NOT EXISTS (SELECT 1 FROM notification_intents i WHERE i.payload_digest = p.digest)
+        AND NOT EXISTS (SELECT 1 FROM intent_holds h WHERE h.fallback_digest = p.digest)";
+
+impl RetentionSession {
+    /// Drops Herald's attempt partitions entirely before `cutoff`, oldest first, each in
+    /// its own transaction, under [`partitions::PARTITION_LOCK`]. `Ok(None)`: another
+    /// instance holds that lock (creating partitions); the next pass drops them.
+    pub async fn drop_attempt_partitions(&mut self, cutoff: NaiveDate) -> Result<Option<Vec<String>>> {
+        if !partitions::lock(&self.client, LockMode::Try).await? {
+            return Ok(None);
+        }
+        let result = self.drop_locked(cutoff).await;
+        let _ = self
+            .client
+            .execute("SELECT pg_advisory_unlock($1)", &[&partitions::PARTITION_LOCK])
+            .await;
+        result.map(Some)
+    }
+
+    async fn drop_locked(&mut self, cutoff: NaiveDate) -> Result<Vec<String>> {
+        let mut dropped = Vec::new();
+        for name in partitions::partitions_before(&self.client, cutoff).await? {
+            partitions::drop_partition(&mut self.client, &name).await?;
+            tracing::info!(partition = %name, "attempt partition dropped (retention)");
+            dropped.push(name);
+        }
+        Ok(dropped)
+    }
+
+    /// Deletes up to `batch` rows of the default partition that started before `cutoff`;
+    /// returns how many. The default partition is small (see `partitions`): scanned.
+    pub async fn delete_default_attempts(&mut self, cutoff: NaiveDate, batch: i64) -> Result<u64> {
+        // Failure policy: one statement, its own transaction: all of the batch or none.
+        Ok(self
+            .client
+            .execute(
+                "DELETE FROM ONLY notification_attempts_default WHERE (id, started_at) IN
+                    (SELECT id, started_at FROM ONLY notification_attempts_default
+                      WHERE started_at < $1::date LIMIT $2)",
+                &[&cutoff, &batch],
+            )
+            .await?)
+    }
+
+    /// Purges the bodies of the next `batch` payloads created before `cutoff` after
+    /// `cursor`, and moves the cursor. Returns (bodies purged, payloads looked at): 0
+    /// looked at means the clock is done for this pass. A payload kept by the guard is
+    /// passed over (the cursor moves past it) and looked at again next pass.
+    pub async fn purge_payload_bodies(
+        &mut self,
+        cutoff: DateTime<Utc>,
+        batch: i64,
+        cursor: &mut PayloadCursor,
+    ) -> Result<(u64, usize)> {
+        let tx = self.client.transaction().await?;
+        let rows = tx
+            .query(PURGE_CANDIDATES, &[&cutoff, &cursor.0, &cursor.1, &batch])
+            .await?;
+        let Some(last) = rows.last() else {
+            return Ok((0, 0));
+        };
+        *cursor = (last.get(0), last.get(1));
+        let digests: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
+        // A new snapshot, taken after the rows were locked: every intent committed by an
+        // ingest that reused one of these payloads before we locked it is seen here.
+        let purged = tx.execute(PURGE_BODIES, &[&digests]).await?;
+        // Failure policy: a crash before this commit purges nothing of the batch (the locks
+        // go with the connection); the next pass starts from the oldest payload again.
+        tx.commit().await?;
+        Ok((purged, digests.len()))
+    }
+
+    /// Deletes the next `batch` terminal intents created and last updated before `cutoff`
+    /// after `cursor` (an id), with everything that references them, and the payloads no
+    /// intent references any more; moves the cursor. `Ok(None)`: none left this pass.
+    pub async fn delete_intents(
+        &mut self,
+        cutoff: DateTime<Utc>,
+        batch: i64,
+        cursor: &mut Uuid,
+    ) -> Result<Option<IntentsRemoved>> {
+        let ceiling = v7_floor(cutoff);
+        let tx = self.client.transaction().await?;
+        let rows = tx
+            .query(INTENT_CANDIDATES, &[&*cursor, &ceiling, &cutoff, &batch])
+            .await?;
+        let Some(last) = rows.last() else {
+            return Ok(None);
+        };
+        *cursor = last.get(0);
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.get(0)).collect();
+        let mut digests: Vec<String> = rows
+            .iter()
+            .filter_map(|r| r.get::<_, Option<String>>(1))
+            .collect();
+        digests.sort_unstable();
+        digests.dedup();
+        let mut removed = IntentsRemoved {
+            // intent_conflicts_source (intent_id, ...)
+            conflicts: tx
+                .execute("DELETE FROM intent_conflicts WHERE intent_id = ANY($1)", &[&ids])
+                .await?,
+            // intent_resolutions_intent_idx
+            resolutions: tx
+                .execute(
+                    "DELETE FROM intent_resolutions WHERE intent_id = ANY($1)",
+                    &[&ids],
+                )
+                .await?,
+            // No index on outbox.intent_id: the outbox holds only unpublished rows (a
+            // terminal intent has none, unless a relay died mid-publish), so it is small.
+            outbox: tx
+                .execute("DELETE FROM outbox WHERE intent_id = ANY($1)", &[&ids])
+                .await?,
+            // notification_attempts_intent_idx, on each remaining partition.
+            attempts: tx
+                .execute(
+                    "DELETE FROM notification_attempts WHERE intent_id = ANY($1)",
+                    &[&ids],
+                )
+                .await?,
+            ..IntentsRemoved::default()
+        };
+        // intent_holds_pkey: the hold of an intent that once waited for its profile (an
+        // open hold's intent is non-terminal, never selected). Its fallback payload goes
+        // with the intent's own if nothing else references it.
+        let holds = tx
+            .query(
+                "DELETE FROM intent_holds WHERE intent_id = ANY($1) RETURNING fallback_digest",
+                &[&ids],
+            )
+            .await?;
+        removed.holds = holds.len() as u64;
+        digests.extend(holds.iter().map(|r| r.get::<_, String>(0)));
+        digests.sort_unstable();
+        digests.dedup();
+        removed.intents = tx
+            .execute("DELETE FROM notification_intents WHERE id = ANY($1)", &[&ids])
+            .await?;
+        // Lock the payloads first (in digest order, as ingest does), then look for
+        // references with a snapshot taken after the locks: an ingest reusing one of them
+        // either committed before (its intent is seen: kept) or waits for us and then
+        // inserts the payload afresh.
+        tx.query(
+            "SELECT 1 FROM notification_payloads WHERE digest = ANY($1) ORDER BY digest FOR UPDATE",
+            &[&digests],
+        )
+        .await?;
+        removed.payloads = tx.execute(DELETE_UNREFERENCED_PAYLOADS, &[&digests]).await?;
+        // Failure policy: a crash before this commit deletes nothing: intents, their rows
+        // and their payloads go together or stay together; the next pass selects them again.
+        tx.commit().await?;
+        Ok(Some(removed))
+    }
+}
+
+impl Store {
+    /// What a pass with these cutoffs would remove now, computed with SELECTs in one
+    /// read-only snapshot; changes nothing. The counts are those a pass started from this
+    /// state removes (the attempts of deleted intents exclude those in partitions the
+    /// attempt clock drops first).
+    pub async fn retention_preview(&self, cutoffs: &Cutoffs) -> Result<Removed> {
+        let mut client = self.dedicated().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let partitions = partitions::partitions_before(&tx, cutoffs.attempts).await?;
+        let default_attempts: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM ONLY notification_attempts_default WHERE started_at < $1::date",
+                &[&cutoffs.attempts],
+            )
+            .await?
+            .get(0);
+        // The same predicate as PURGE_CANDIDATES + PURGE_BODIES, over the whole range.
+        let payload_bodies: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM notification_payloads p
+                  WHERE p.body_purged_at IS NULL AND p.created_at < $1
+                    AND NOT EXISTS (SELECT 1 FROM notification_intents i
+                                     WHERE i.payload_digest = p.digest
+                                       AND i.state NOT IN ('accepted', 'rejected', 'failed', 'suppressed'))",
+                &[&cutoffs.payload_bodies],
+            )
+            .await?
+            .get(0);
+        let mut intents = IntentsRemoved::default();
+        if let Some(cutoff) = cutoffs.intents {
+            let row = tx
+                .query_one(
+                    "WITH doomed AS (
+                        SELECT id, payload_digest FROM notification_intents
+                         WHERE id < $1 AND created_at < $2 AND updated_at < $2
+                           AND state IN ('accepted', 'rejected', 'failed', 'suppressed')
+                     )
+                     SELECT (SELECT count(*) FROM doomed),
+                            (SELECT count(*) FROM intent_conflicts WHERE intent_id IN (SELECT id FROM doomed)),
+                            (SELECT count(*) FROM intent_resolutions WHERE intent_id IN (SELECT id FROM doomed)),
+                            (SELECT count(*) FROM intent_holds WHERE intent_id IN (SELECT id FROM doomed)),
+                            (SELECT count(*) FROM outbox WHERE intent_id IN (SELECT id FROM doomed)),
+                            (SELECT count(*) FROM notification_attempts a
+                              WHERE a.intent_id IN (SELECT id FROM doomed)
+                                AND a.tableoid::regclass::text <> ALL($3)
+                                AND NOT (a.tableoid = 'notification_attempts_default'::regclass
+                                         AND a.started_at < $4::date)),
+                            (SELECT count(*) FROM (
+                                SELECT payload_digest AS digest FROM doomed WHERE payload_digest IS NOT NULL
+                                UNION
+                                SELECT fallback_digest FROM intent_holds WHERE intent_id IN (SELECT id FROM doomed)) d
+                              WHERE NOT EXISTS (
+                                SELECT 1 FROM notification_intents i
+                                 WHERE i.payload_digest = d.digest
+                                   AND NOT (i.id < $1 AND i.created_at < $2 AND i.updated_at < $2
+                                            AND i.state IN ('accepted', 'rejected', 'failed', 'suppressed')))
+                                AND NOT EXISTS (
+                                SELECT 1 FROM intent_holds h
+                                 WHERE h.fallback_digest = d.digest
+                                   AND h.intent_id NOT IN (SELECT id FROM doomed)))",
+                    &[&v7_floor(cutoff), &cutoff, &partitions, &cutoffs.attempts],
+                )
+                .await?;
+            let n = |i: usize| row.get::<_, i64>(i) as u64;
+            intents = IntentsRemoved {
+                intents: n(0),
+                conflicts: n(1),
+                resolutions: n(2),
+                holds: n(3),
+                outbox: n(4),
+                attempts: n(5),
+                payloads: n(6),
+            };
+        }
+        tx.rollback().await?;
+        Ok(Removed {
+            partitions,
+            default_attempts: default_attempts as u64,
+            payload_bodies: payload_bodies as u64,
+            intents,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v7_floor_sorts_above_every_earlier_id_and_below_every_later_one() {
+        let at = DateTime::parse_from_rfc3339("2026-01-15T12:00:00Z")
+            .unwrap()
+            .to_utc();
+        let floor = v7_floor(at);
+        assert_eq!(floor.get_version_num(), 7);
+        let id_at = |t: DateTime<Utc>, fill: u8| {
+            uuid::Builder::from_unix_timestamp_millis(t.timestamp_millis() as u64, &[fill; 10]).into_uuid()
+        };
+        let ms = chrono::Duration::milliseconds(1);
+        // Byte order is PostgreSQL's uuid order.
+        assert!(id_at(at - ms, 0xff).as_bytes() < floor.as_bytes());
+        assert!(id_at(at, 0x00).as_bytes() >= floor.as_bytes());
+        assert!(id_at(at + ms, 0x00).as_bytes() > floor.as_bytes());
+    }
+
+    #[test]
+    fn every_statement_names_exactly_the_terminal_states() {
+        let listed = "'accepted', 'rejected', 'failed', 'suppressed'";
+        assert_eq!(TERMINAL_STATES.map(|s| format!("'{s}'")).join(", "), listed);
+        for sql in [PURGE_BODIES, INTENT_CANDIDATES] {
+            assert!(sql.contains(listed), "{sql}");
+        }
+        // The guard is a NOT IN of the terminal states: a state added later (held intents,
+        // `awaiting_profile`) keeps its body.
+        assert!(PURGE_BODIES.contains(&format!("i.state NOT IN ({listed})")));
+    }
+}
