@@ -149,6 +149,12 @@ pub fn sellers() -> Vec<(Vec<u8>, Vec<u8>)> {
 
 /// Produces the sellers and then the events to the env's topics.
 pub async fn fill(env: &TestEnv, w: &Workload) -> Result<()> {
+    fill_sellers(env).await?;
+    fill_events(env, w).await
+}
+
+/// Produces the workload's seller profiles.
+pub async fn fill_sellers(env: &TestEnv) -> Result<()> {
     let p = producer()?;
     let sellers_topic = env.topic("seller-profiles");
     let profiles = sellers();
@@ -162,6 +168,12 @@ pub async fn fill(env: &TestEnv, w: &Workload) -> Result<()> {
     {
         ensure!(r.is_ok(), "produce failed: {:?}", r.err());
     }
+    Ok(())
+}
+
+/// Produces the workload's order events.
+pub async fn fill_events(env: &TestEnv, w: &Workload) -> Result<()> {
+    let p = producer()?;
     let orders_topic = env.topic("order-events");
     let events = w.events();
     for (c, chunk) in events.chunks(5000).enumerate() {

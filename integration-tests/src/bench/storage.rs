@@ -360,10 +360,20 @@ async fn measure_run(env: &TestEnv, events: usize, variant: Variant) -> Result<R
         publish_email_revision(env)?;
     }
     let w = Workload::new(events).with_items(variant.items).traced();
-    ingest::fill(env, &w).await?;
     let mut vars = UNTHROTTLED.to_vec();
     vars.push(("HERALD_DELIVERY__MAX_IN_FLIGHT", "256"));
     let mut herald = env.spawn_roles("ingest,relay,deliver", "storage", &vars)?;
+    // The sellers first, applied before any order arrives: ingest reads both topics at
+    // once, and an order read before its seller's profile is suppressed (no profile).
+    ingest::fill_sellers(env).await?;
+    env.wait_count(
+        "storage: seller profiles applied",
+        "SELECT count(*) FROM sellers",
+        ingest::SELLERS as i64,
+        Duration::from_secs(300),
+    )
+    .await?;
+    ingest::fill_events(env, &w).await?;
     let group = env.group("herald-ingest");
     let topics = [env.topic("order-events"), env.topic("seller-profiles")];
     let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -371,6 +381,13 @@ async fn measure_run(env: &TestEnv, events: usize, variant: Variant) -> Result<R
         Ok((committed_lag(&group, &refs)? == 0).then_some(()))
     })
     .await?;
+    let suppressed = env
+        .count("SELECT count(*) FROM notification_intents WHERE state = 'suppressed'")
+        .await?;
+    ensure!(
+        suppressed == 0,
+        "storage: {suppressed} intents suppressed (every seller is opted in)"
+    );
     env.wait_count(
         "storage: every intent accepted",
         "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
