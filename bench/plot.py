@@ -70,6 +70,34 @@ def main():
         fig.tight_layout()
         written.append(("growth", fig))
 
+    storage = [s for s in result.get("storage", []) if s["items_per_order"] > 0]
+    if storage:
+        # The month projected from the 6 KB e-mail run, stacked by table, beside the naive design.
+        p = storage[-1]["projection"]
+        cases = [("settled", p["settled"]), ("compact", p["compact"])]
+        if p.get("after_retention_compact"):
+            cases.append(("after retention", p["after_retention_compact"]))
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        labels = [c[0] for c in cases] + ["naive"]
+        bottom = [0.0] * len(labels)
+        for part, per, color in [("intent", lambda c: c["intent"], "#4878a8"),
+                                 ("payloads", lambda c: c["payloads_per_intent"] * c["payload"], "#e49444"),
+                                 ("attempts", lambda c: c["attempts_per_intent"] * c["attempt"], "#6a9f58"),
+                                 ("conflicts", lambda c: c["conflicts_per_intent"] * c["conflict"], "#d1615d")]:
+            gb = [per(c) * p["month_intents"] / 1e9 for _, c in cases] + [0.0]
+            ax.bar(labels, gb, bottom=bottom, color=color, label=part)
+            bottom = [b + g for b, g in zip(bottom, gb)]
+        ax.bar(labels, [0.0] * len(cases) + [p["naive_bytes"] / 1e9], color="#b0b0b0",
+               label="naive (6 KB x 4 attempts)")
+        for i, total in enumerate(bottom[:-1] + [p["naive_bytes"] / 1e9]):
+            ax.annotate(f"{total:,.1f} GB", (i, total), ha="center", va="bottom", fontsize=8)
+        ax.set_ylabel("GB per month")
+        ax.set_title(f"PostgreSQL storage, {p['month_intents']:,.0f} intents a month, "
+                     f"{p['settled']['attempts_per_intent']} attempts each, 6 KB e-mail")
+        ax.legend()
+        fig.tight_layout()
+        written.append(("storage", fig))
+
     for name, fig in written:
         path = out / f"{date}-{name}.png"
         fig.savefig(path, dpi=110)

@@ -71,14 +71,20 @@ async fn serve(mut s: TcpStream, delay: Duration, served: Arc<AtomicU64>) {
         let is_ses = req.head.starts_with("post /v2/email/outbound-emails");
         tokio::time::sleep(delay).await;
         let n = served.fetch_add(1, Ordering::Relaxed);
+        // Message ids as long as the providers' (what the ledger stores): SES v2's are 60
+        // characters (`<16 hex>-<uuid>-000000`), SNS's a UUID.
+        let uuid = format!("5e1d1e00-0000-4000-8000-{n:012x}");
         let (content_type, body) = if is_ses {
-            ("application/json", format!("{{\"MessageId\":\"standin-{n}\"}}"))
+            (
+                "application/json",
+                format!("{{\"MessageId\":\"010001{n:010x}-{uuid}-000000\"}}"),
+            )
         } else {
             (
                 "text/xml",
                 format!(
                     "<PublishResponse xmlns=\"http://sns.amazonaws.com/doc/2010-03-31/\"><PublishResult>\
-                     <MessageId>standin-{n}</MessageId></PublishResult><ResponseMetadata>\
+                     <MessageId>{uuid}</MessageId></PublishResult><ResponseMetadata>\
                      <RequestId>req-{n}</RequestId></ResponseMetadata></PublishResponse>"
                 ),
             )

@@ -61,7 +61,7 @@ pub async fn prepare(name: &str, endpoint: &str, orders: usize) -> Result<(TestE
 }
 
 /// Settings that keep Herald itself from being throttled by the measurement.
-const UNTHROTTLED: [(&str, &str); 3] = [
+pub(super) const UNTHROTTLED: [(&str, &str); 3] = [
     ("HERALD_CHANNELS__EMAIL__RATE_PER_SECOND", "100000"),
     ("HERALD_CHANNELS__SMS__RATE_PER_SECOND", "100000"),
     ("HERALD_LOG__LEVEL", "warn"),

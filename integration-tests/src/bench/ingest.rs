@@ -17,6 +17,7 @@ use herald_core::{Channel, OrderEvent, SellerRecord};
 use herald_store::ingest::SourceRef;
 use herald_store::{IngestTx, NewIntent, Store};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Message};
 
@@ -36,6 +37,12 @@ pub struct Workload {
     pub distinct: usize,
     pub duplicates: usize,
     pub conflicts: usize,
+    /// Line items per order event (`order.items`, with shipping details); 0: the sample
+    /// event's order (total, currency, item count only).
+    pub items: usize,
+    /// Each event carries a W3C `traceparent` header, as from a traced producer (Herald
+    /// then keeps a trace context with each intent).
+    pub traced: bool,
 }
 
 impl Workload {
@@ -47,7 +54,19 @@ impl Workload {
             distinct: events - duplicates - conflicts,
             duplicates,
             conflicts,
+            items: 0,
+            traced: false,
         }
+    }
+
+    /// The same events, each with a `traceparent` header.
+    pub fn traced(self) -> Self {
+        Self { traced: true, ..self }
+    }
+
+    /// The same mix with `items` line items in each order event.
+    pub fn with_items(self, items: usize) -> Self {
+        Self { items, ..self }
     }
 
     /// Intents the workload converges on: two per distinct order.
@@ -70,21 +89,51 @@ impl Workload {
             )
         };
         let seller = format!("seller-{}", order % SELLERS);
-        let order = order.to_string();
-        let value = order_event(
-            &format!("evt-{n}"),
-            "order.created",
-            "acme",
-            &order,
-            &seller,
-            total,
-        );
-        (order, value)
+        let id = order.to_string();
+        let value = order_event(&format!("evt-{n}"), "order.created", "acme", &id, &seller, total);
+        if self.items == 0 {
+            return (id, value);
+        }
+        (id, with_items(&value, order, self.items))
     }
 
     pub fn events(&self) -> Vec<(String, Vec<u8>)> {
         (0..self.events).map(|n| self.event(n)).collect()
     }
+}
+
+/// `value` (an order event) with `items` line items of order number `order` and its
+/// shipping details: what a marketplace's order event carries for a seller's e-mail.
+fn with_items(value: &[u8], order: usize, items: usize) -> Vec<u8> {
+    const NAMES: [&str; 6] = [
+        "Organic cotton T-shirt, navy, size M",
+        "Stainless steel water bottle 750 ml",
+        "Recycled paper notebook A5, dotted",
+        "Bamboo toothbrush, pack of 4",
+        "Wool blend socks, grey, 39-42",
+        "Ceramic pour-over coffee dripper",
+    ];
+    let mut v: serde_json::Value = serde_json::from_slice(value).expect("a sample event is JSON");
+    let lines: Vec<serde_json::Value> = (0..items)
+        .map(|k| {
+            let n = order * 31 + k * 7;
+            serde_json::json!({
+                "sku": format!("SKU-{:05}-{:02}", n % 100_000, k),
+                "name": NAMES[(order + k) % NAMES.len()],
+                "quantity": 1 + n % 3,
+                "unit_price": format!("{}.{:02}", 5 + n % 60, n % 100),
+            })
+        })
+        .collect();
+    let o = &mut v["order"];
+    o["item_count"] = serde_json::json!(lines
+        .iter()
+        .map(|l| l["quantity"].as_u64().unwrap_or(1))
+        .sum::<u64>());
+    o["items"] = serde_json::Value::Array(lines);
+    o["shipping"] = serde_json::json!({"method": "Standard, tracked", "ship_by": "2026-09-23",
+                                       "city": "Lyon", "country": "FR"});
+    v.to_string().into_bytes()
 }
 
 /// Seller profiles (key, value) of the workload.
@@ -100,6 +149,12 @@ pub fn sellers() -> Vec<(Vec<u8>, Vec<u8>)> {
 
 /// Produces the sellers and then the events to the env's topics.
 pub async fn fill(env: &TestEnv, w: &Workload) -> Result<()> {
+    fill_sellers(env).await?;
+    fill_events(env, w).await
+}
+
+/// Produces the workload's seller profiles.
+pub async fn fill_sellers(env: &TestEnv) -> Result<()> {
     let p = producer()?;
     let sellers_topic = env.topic("seller-profiles");
     let profiles = sellers();
@@ -113,14 +168,28 @@ pub async fn fill(env: &TestEnv, w: &Workload) -> Result<()> {
     {
         ensure!(r.is_ok(), "produce failed: {:?}", r.err());
     }
+    Ok(())
+}
+
+/// Produces the workload's order events.
+pub async fn fill_events(env: &TestEnv, w: &Workload) -> Result<()> {
+    let p = producer()?;
     let orders_topic = env.topic("order-events");
     let events = w.events();
-    for chunk in events.chunks(5000) {
-        let sends = chunk.iter().map(|(k, v)| {
-            p.send(
-                FutureRecord::to(&orders_topic).key(k).payload(v),
-                Duration::from_secs(60),
-            )
+    for (c, chunk) in events.chunks(5000).enumerate() {
+        let sends = chunk.iter().enumerate().map(|(i, (k, v))| {
+            let mut record = FutureRecord::to(&orders_topic).key(k).payload(v);
+            if w.traced {
+                // One trace per order, one producer span per event.
+                let span = (c * 5000 + i + 1) as u64;
+                let trace = 0x4e7a_1d00_0000_0000_u128 + k.parse::<u128>().unwrap_or(0);
+                let traceparent = format!("00-{trace:032x}-{span:016x}-01");
+                record = record.headers(OwnedHeaders::new().insert(Header {
+                    key: "traceparent",
+                    value: Some(traceparent.as_str()),
+                }));
+            }
+            p.send(record, Duration::from_secs(60))
         });
         for r in join_all(sends).await {
             ensure!(r.is_ok(), "produce failed: {:?}", r.err());

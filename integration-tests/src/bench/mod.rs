@@ -5,6 +5,7 @@
 pub mod delivery;
 pub mod ingest;
 pub mod procstat;
+pub mod storage;
 
 use serde_json::{json, Value};
 

@@ -1,4 +1,4 @@
-//! `herald-bench [--quick] [--out DIR]`: the benchmark behind `make bench` (and
+//! `herald-bench [--quick] [--storage-only] [--out DIR]`: the benchmark behind `make bench` (and
 //! `make bench-quick`). On the real local stack, side by side in one run: ingest against
 //! a do-nothing Kafka consumer, Herald's own statements without Kafka and the naive
 //! one-transaction-per-event loop; delivery against the Little's-law limit of a 50 ms
@@ -15,7 +15,7 @@ use anyhow::Result;
 use herald_store::plans::HOT_STATEMENTS;
 use integration_tests::bench::ingest::{self, Workload};
 use integration_tests::bench::procstat::Usage;
-use integration_tests::bench::{delivery, Figure, Target};
+use integration_tests::bench::{delivery, storage, Figure, Target};
 use integration_tests::{standin, TestEnv};
 use serde_json::json;
 
@@ -28,6 +28,7 @@ struct Plan {
     delivery_orders: usize,
     latency_seconds: u64,
     growth: Vec<usize>,
+    storage_events: usize,
 }
 
 impl Plan {
@@ -40,6 +41,7 @@ impl Plan {
                 delivery_orders: 1000,
                 latency_seconds: 10,
                 growth: vec![10_000],
+                storage_events: 4_000,
             }
         } else {
             Self {
@@ -49,6 +51,7 @@ impl Plan {
                 delivery_orders: 3000,
                 latency_seconds: 20,
                 growth: vec![10_000, 100_000, 1_000_000],
+                storage_events: 20_000,
             }
         }
     }
@@ -80,6 +83,11 @@ async fn main() -> Result<()> {
     let plan = Plan::new(quick);
     let t0 = Instant::now();
     let say = |s: &str| eprintln!("bench [{:>4}s] {s}", t0.elapsed().as_secs());
+    if args.iter().any(|a| a == "--storage-only") {
+        let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
+        let reports = storage_runs(&format!("http://{standin_addr}"), plan.storage_events, &say).await?;
+        return write_storage_only(&out, quick, &reports, t0);
+    }
 
     // --- Ingest -----------------------------------------------------------------------
     let w = Workload::new(plan.events);
@@ -208,6 +216,9 @@ async fn main() -> Result<()> {
         env.cleanup().await;
     }
 
+    // --- Storage per intent -------------------------------------------------------------
+    let storage_reports = storage_runs(&endpoint, plan.storage_events, &say).await?;
+
     // --- Report -------------------------------------------------------------------------
     let limit_min = kafka.median().min(pg.median());
     let (_, limit64, f64_) = &delivery_figs[0];
@@ -264,6 +275,7 @@ async fn main() -> Result<()> {
             "deliver": {"peak_rss_mib": deliver_usage.peak_rss_mib, "cpu_s_per_10k_sends": deliver_usage.cpu_seconds / sends_measured.max(1.0) * 10_000.0},
         },
         "growth": growth.iter().map(|(n, r)| json!({"events": n, "events_per_s": r})).collect::<Vec<_>>(),
+        "storage": storage_reports.iter().map(storage::Report::to_json).collect::<Vec<_>>(),
         "indexes": HOT_STATEMENTS.iter().map(|s| json!({"statement": s.name, "indexes": s.indexes})).collect::<Vec<_>>(),
         "duration_s": t0.elapsed().as_secs(),
     });
@@ -314,6 +326,10 @@ async fn main() -> Result<()> {
     for (n, r) in &growth {
         writeln!(md, "| {n} | {r:.0} |")?;
     }
+    writeln!(md)?;
+    for r in &storage_reports {
+        writeln!(md, "{}", r.markdown())?;
+    }
     writeln!(
         md,
         "\nIndexes the hot statements use (checked by `EXPLAIN` in `make test`):\n"
@@ -328,6 +344,43 @@ async fn main() -> Result<()> {
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
     std::fs::write(out.join(format!("{date}.md")), &md)?;
     std::fs::write(out.join("latest.json"), serde_json::to_string_pretty(&json)?)?;
+    println!("{md}");
+    println!("bench: wrote {}", json_path.display());
+    Ok(())
+}
+
+/// The storage measurement, once with the sample templates and once with the 6 KB e-mail.
+async fn storage_runs(endpoint: &str, events: usize, say: &impl Fn(&str)) -> Result<Vec<storage::Report>> {
+    let mut reports = Vec::new();
+    for variant in [storage::SAMPLE, storage::EMAIL_6KB] {
+        say(&format!("storage per intent: {}, {events} events", variant.name));
+        reports.push(storage::run(endpoint, events, variant).await?);
+    }
+    Ok(reports)
+}
+
+/// `--storage-only`: the storage measurement alone, to `DIR/<date>-storage.json` and `.md`.
+fn write_storage_only(
+    out: &std::path::Path,
+    quick: bool,
+    reports: &[storage::Report],
+    t0: Instant,
+) -> Result<()> {
+    let date = chrono::Utc::now().format("%Y-%m-%dT%H%M%SZ").to_string();
+    let json = json!({"date": date, "quick": quick,
+                      "storage": reports.iter().map(storage::Report::to_json).collect::<Vec<_>>(),
+                      "duration_s": t0.elapsed().as_secs()});
+    let mut md = format!(
+        "# Herald storage per intent {date}{}\n\n",
+        if quick { " (quick)" } else { "" }
+    );
+    for r in reports {
+        writeln!(md, "{}", r.markdown())?;
+    }
+    std::fs::create_dir_all(out)?;
+    let json_path = out.join(format!("{date}-storage.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(out.join(format!("{date}-storage.md")), &md)?;
     println!("{md}");
     println!("bench: wrote {}", json_path.display());
     Ok(())

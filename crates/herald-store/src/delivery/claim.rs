@@ -292,8 +292,8 @@ macro_rules! claim_statement {
                               i.marketplace_id, i.payload_digest, i.trace_context, i.template_revision,
                               i.had_unknown
                  ), attempts AS (
-                    INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, after_unknown, worker, trace_context)
-                    SELECT attempt_id, id, attempt_count, 'started', had_unknown, $3, trace_context FROM claimed
+                    INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, after_unknown, worker)
+                    SELECT attempt_id, id, attempt_count, 'started', had_unknown, $3 FROM claimed
                     RETURNING id, started_at
                  )
                  SELECT c.id, c.attempt_id, c.attempt_count, c.unsent_attempts, c.channel, c.marketplace_id,

@@ -1,0 +1,12 @@
+-- The attempt row, slimmed (BENCHMARKS.md, "Storage per intent").
+--
+-- Every claim copied its intent's `trace_context` (a 55-character traceparent) into the
+-- attempt, and nothing ever read it back: the claim, the reclaim, the sweeper and
+-- `herald intent show` all take the intent's. The copy was 56 of the attempt row's bytes;
+-- the intent keeps the one trace context both share. Dropping a column rewrites nothing:
+-- existing rows keep their bytes until their partition is dropped, new rows store none.
+--
+-- Upgrading: stop the delivery workers of the previous version before this runs. Their
+-- claims would name the dropped column and fail (the claim rolls back; nothing is sent
+-- and nothing is lost) until they are stopped.
+ALTER TABLE notification_attempts DROP COLUMN trace_context;
