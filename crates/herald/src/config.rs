@@ -459,7 +459,8 @@ pub struct RetentionConfig {
     /// this many months are dropped (older rows of the default partition deleted).
     pub attempt_months: u32,
     /// Rendered subject, bodies and destination of payloads created longer ago are purged
-    /// (never while a non-terminal intent references the payload).
+    /// (never while a non-terminal intent references the payload). 0: as soon as every
+    /// intent referencing the payload is terminal.
     pub payload_body_days: u32,
     /// Terminal intents created and last updated longer ago are deleted with their rows.
     /// Unset: kept forever.
@@ -684,7 +685,7 @@ impl Config {
         range(
             "retention.payload_body_days",
             r.payload_body_days.into(),
-            1,
+            0,
             365_000,
         )?;
         if let Some(days) = r.intent_days {
@@ -1086,7 +1087,7 @@ mod tests {
         );
         for (toml, key) in [
             ("attempt_months = 0", "retention.attempt_months"),
-            ("payload_body_days = 0", "retention.payload_body_days"),
+            ("payload_body_days = 365001", "retention.payload_body_days"),
             ("intent_days = 0", "retention.intent_days"),
             ("interval_secs = 5", "retention.interval_secs"),
             ("batch_size = 0", "retention.batch_size"),
