@@ -653,3 +653,145 @@ async fn only_the_owner_runs_the_ddl_and_a_refused_pass_keeps_the_daemon_running
         .await?;
     Ok(())
 }
+
+/// An ingest reusing an old payload and a purge of that payload's body, at the same moment:
+/// the ingest transaction has converged a new `pending` intent on the payload and not yet
+/// committed when the pass runs, so the guard cannot see that intent. The purge takes its
+/// candidates `FOR UPDATE SKIP LOCKED`: ingest's payload insert (`DO UPDATE`) locks the row
+/// it reuses, and any intent insert takes `FOR KEY SHARE` on its payload through the
+/// foreign key (shown by a second payload, referenced by an intent written by hand), so
+/// both are passed over and keep their bodies. The canary: once the new intents are final,
+/// the same pass purges both, so the zeros before are the locks and the guard at work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_racing_an_ingest_that_reuses_the_payload_keeps_its_body() -> Result<()> {
+    use herald_core::{Channel, ConsentDecision, OrderEvent, Payload};
+    use herald_store::ingest::SourceRef;
+    use herald_store::{Convergence, IngestTx, NewIntent};
+    use integration_tests::samples::order_event;
+
+    let env = TestEnv::new("retention_race", RETENTION).await?;
+    let db = &env.db;
+    let store = env.store(2)?;
+    let payload = Payload {
+        channel: Channel::Email,
+        destination: Some("seller@example.com".into()),
+        locale: "en".into(),
+        consent: ConsentDecision::Granted,
+        template: "order_created".into(),
+        template_revision: "1".into(),
+        subject: Some("Your shop's weekly digest".into()),
+        body_text: "Same content for every order".into(),
+        body_html: None,
+    };
+    let digest = payload.digest();
+    let event = |order: &str| {
+        OrderEvent::decode(
+            &order_event(
+                &format!("evt-{order}"),
+                "order.created",
+                "acme",
+                order,
+                "seller-1",
+                "1.00",
+            ),
+            65536,
+        )
+    };
+    let source = |offset| SourceRef {
+        topic: "order-events".into(),
+        partition: 0,
+        offset,
+    };
+    // An old, accepted intent on the payload; the payload 60 days old (bodies: 10 days).
+    let old = event("r-1")?;
+    {
+        let mut conn = store.conn().await?;
+        let tx = IngestTx::begin(&mut conn).await?;
+        tx.converge(&[NewIntent::new(
+            &old,
+            Channel::Email,
+            payload.clone(),
+            None,
+            source(1),
+        )])
+        .await?;
+        tx.commit().await?;
+    }
+    db.execute("UPDATE notification_intents SET state = 'accepted'", &[])
+        .await?;
+    db.execute(
+        "UPDATE notification_payloads SET created_at = now() - interval '60 days' WHERE digest = $1",
+        &[&digest],
+    )
+    .await?;
+    // A second payload as old, its intent accepted too.
+    insert_payload(db, "by-hand", Utc::now() - chrono::Duration::days(60)).await?;
+    insert_intent(db, "by-hand-old", "accepted", "by-hand", Utc::now(), Utc::now()).await?;
+
+    // The ingest, converged and not committed.
+    let new = event("r-2")?;
+    let mut conn = store.conn().await?;
+    let ingest = IngestTx::begin(&mut conn).await?;
+    let converged = ingest
+        .converge(&[NewIntent::new(
+            &new,
+            Channel::Email,
+            payload.clone(),
+            None,
+            source(2),
+        )])
+        .await?;
+    assert!(
+        matches!(converged[0], Convergence::Created { .. }),
+        "{converged:?}"
+    );
+    // A pending intent on the second payload, written by hand in an open transaction.
+    let by_hand = pg_connect(&env.db_url).await?;
+    by_hand.batch_execute("BEGIN").await?;
+    insert_intent(
+        &by_hand,
+        "by-hand-new",
+        "pending",
+        "by-hand",
+        Utc::now(),
+        Utc::now(),
+    )
+    .await?;
+
+    let pass = json(&env.herald(&["retention", "run", "--json"])?)?;
+    ingest.commit().await?;
+    by_hand.batch_execute("COMMIT").await?;
+    assert_eq!(pass["removed"]["payload_bodies"], 0, "both locked: {pass:#}");
+    // Committed and pending: now the guard keeps them.
+    let pass = json(&env.herald(&["retention", "run", "--json"])?)?;
+    assert_eq!(
+        pass["removed"]["payload_bodies"], 0,
+        "both referenced by pending intents: {pass:#}"
+    );
+    assert_eq!(
+        body_of(db, &digest).await?,
+        (
+            Some("Same content for every order".into()),
+            Some("seller@example.com".into()),
+            false
+        ),
+        "the reused payload keeps its body for the new pending intent"
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM notification_intents WHERE state = 'pending' AND payload_digest = '{digest}'"
+        ))
+        .await?,
+        1
+    );
+    assert!(!body_of(db, "by-hand").await?.2);
+    // The canary: the new intents final, the same pass purges both bodies.
+    db.execute("UPDATE notification_intents SET state = 'accepted'", &[])
+        .await?;
+    let pass = json(&env.herald(&["retention", "run", "--json"])?)?;
+    assert_eq!(pass["removed"]["payload_bodies"], 2, "{pass:#}");
+    assert_eq!(body_of(db, &digest).await?, (None, None, true));
+    assert_eq!(body_of(db, "by-hand").await?, (None, None, true));
+    env.cleanup().await;
+    Ok(())
+}
