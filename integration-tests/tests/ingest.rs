@@ -187,6 +187,16 @@ async fn changed_content_under_the_same_key_is_a_conflict_and_leaves_the_intent_
         2,
         "a conflict is never queued for sending"
     );
+    // Nor is its rendering stored: every payload row is some intent's.
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM notification_payloads p \
+             WHERE NOT EXISTS (SELECT 1 FROM notification_intents i WHERE i.payload_digest = p.digest)"
+        )
+        .await?,
+        0,
+        "no payload row for the conflicting re-emission"
+    );
 
     // The operator's view shows the conflict.
     let shown = env.herald(&["intent", "show", "acme", "8042", "order.created", "email"])?;

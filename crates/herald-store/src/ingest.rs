@@ -172,14 +172,6 @@ impl<'a> IngestTx<'a> {
         if intents.is_empty() {
             return Ok(Vec::new());
         }
-        insert_payloads(
-            &*self.tx,
-            intents
-                .iter()
-                .map(|i| (i.payload_digest.as_str(), &i.payload))
-                .collect(),
-        )
-        .await?;
 
         // The first occurrence of each key in the batch is the candidate for creation; later
         // occurrences are compared against whatever row ends up holding the key.
@@ -263,7 +255,9 @@ impl<'a> IngestTx<'a> {
     }
 
     /// Inserts the candidates; returns the ids actually created with their state. The
-    /// outbox rows of created, sendable intents are inserted by the same statement.
+    /// payloads of the created intents (a held one's fallback) and the outbox rows of the
+    /// sendable ones are inserted by the same statement: a duplicate or a conflict stores
+    /// no payload (its rendering is never referenced).
     async fn insert_intents(
         &self,
         intents: &[NewIntent<'_>],
@@ -277,6 +271,12 @@ impl<'a> IngestTx<'a> {
         // known key to the comparison in `converge`. next_attempt_at is now() for a
         // sendable intent: it is due at once. A held intent gets no payload, revision or
         // consent yet (its `payload` is the fallback, stored with its hold).
+        // notification_payloads_pkey (digest): content-addressed, so an existing row is
+        // the same content. Its body may have been purged by retention: then this content
+        // (the same, by its digest) is put back, for the new intent will be sent. DO UPDATE
+        // also locks the existing row until commit (retention's purge skips locked rows).
+        // The intents' foreign key is checked at the end of the statement, when the
+        // payloads are in; payload rows are locked in digest order, as everywhere.
         let rows = self
             .tx
             .query(
@@ -284,11 +284,11 @@ impl<'a> IngestTx<'a> {
                     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                                          $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
                                          $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int4[], $18::int8[],
-                                         $19::bool[])
+                                         $19::bool[], $20::text[], $21::text[], $22::text[], $23::text[], $24::text[])
                         AS t(id, marketplace_id, order_id, event_kind, channel, idempotency_key,
                              request_fingerprint, seller_id, template, template_revision, payload_digest, consent,
                              trace_context, event_id, occurred_at, source_topic, source_partition, source_offset,
-                             held)
+                             held, destination, locale, subject, body_text, body_html)
                  ), created AS (
                     INSERT INTO notification_intents
                         (id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
@@ -306,6 +306,18 @@ impl<'a> IngestTx<'a> {
                     FROM input
                     ON CONFLICT DO NOTHING
                     RETURNING id, state, trace_context
+                 ), stored AS (
+                    INSERT INTO notification_payloads AS p
+                        (digest, channel, destination, locale, consent, template, template_revision, subject,
+                         body_text, body_html)
+                    SELECT DISTINCT ON (t.payload_digest) t.payload_digest, t.channel, t.destination, t.locale,
+                           t.consent, t.template, t.template_revision, t.subject, t.body_text, t.body_html
+                    FROM input t JOIN created c ON c.id = t.id
+                    ORDER BY t.payload_digest
+                    ON CONFLICT ON CONSTRAINT notification_payloads_pkey DO UPDATE
+                       SET destination = EXCLUDED.destination, subject = EXCLUDED.subject,
+                           body_text = EXCLUDED.body_text, body_html = EXCLUDED.body_html, body_purged_at = NULL
+                     WHERE p.body_purged_at IS NOT NULL
                  ), queued AS (
                     INSERT INTO outbox (intent_id, trace_context)
                     SELECT id, trace_context FROM created WHERE state = 'pending'
@@ -314,7 +326,8 @@ impl<'a> IngestTx<'a> {
                 &[
                     &c.id, &c.marketplace, &c.order, &c.kind, &c.channel, &c.idempotency, &c.fingerprint,
                     &c.seller, &c.template, &c.revision, &c.digest, &c.consent, &c.trace, &c.event_id,
-                    &c.occurred_at, &c.topic, &c.partition, &c.offset, &c.held,
+                    &c.occurred_at, &c.topic, &c.partition, &c.offset, &c.held, &c.destination,
+                    &c.locale, &c.subject, &c.body_text, &c.body_html,
                 ],
             )
             .await?;
@@ -500,6 +513,11 @@ struct IntentColumns<'a> {
     partition: Vec<i32>,
     offset: Vec<i64>,
     held: Vec<bool>,
+    destination: Vec<Option<&'a str>>,
+    locale: Vec<&'a str>,
+    subject: Vec<Option<&'a str>>,
+    body_text: Vec<&'a str>,
+    body_html: Vec<Option<&'a str>>,
 }
 
 impl<'a> IntentColumns<'a> {
@@ -523,5 +541,10 @@ impl<'a> IntentColumns<'a> {
         self.partition.push(i.source.partition);
         self.offset.push(i.source.offset);
         self.held.push(i.hold_for.is_some());
+        self.destination.push(i.payload.destination.as_deref());
+        self.locale.push(&i.payload.locale);
+        self.subject.push(i.payload.subject.as_deref());
+        self.body_text.push(&i.payload.body_text);
+        self.body_html.push(i.payload.body_html.as_deref());
     }
 }
