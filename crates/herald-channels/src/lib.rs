@@ -6,10 +6,15 @@
 //! retries off. Whether and when to try again is the delivery worker's decision, taken from
 //! the [`Outcome`]; this crate never sleeps and retries on its own. It does not touch
 //! PostgreSQL or Kafka.
+//!
+//! The provider's evidence comes back through here too: [`evidence`] decodes SES event
+//! records, [`queue`] reads the SQS queue they arrive on.
 
 mod classify;
+pub mod evidence;
 mod message;
 mod outcome;
+pub mod queue;
 mod rate;
 mod ses;
 mod settings;
