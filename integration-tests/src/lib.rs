@@ -12,6 +12,7 @@ pub mod http;
 pub mod kafka;
 pub mod moto;
 pub mod samples;
+pub mod ses_events;
 pub mod standin;
 pub mod toxiproxy;
 

@@ -316,6 +316,7 @@ async fn only_records_that_queue_a_retry_wake_the_relays() -> Result<()> {
                 base_backoff: Duration::from_secs(60),
                 max_backoff: Duration::from_secs(60),
                 on_unknown: herald_core::retry::UnknownPolicy::Hold,
+                evidence_window: None,
             };
             (*c, policy)
         })

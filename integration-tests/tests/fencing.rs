@@ -46,6 +46,7 @@ fn policies(on_unknown: UnknownPolicy) -> ChannelPolicies {
         base_backoff: Duration::from_millis(1),
         max_backoff: Duration::from_millis(1),
         on_unknown,
+        evidence_window: None,
     };
     Channel::ALL.iter().map(|c| (*c, policy)).collect()
 }

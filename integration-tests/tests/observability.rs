@@ -330,8 +330,11 @@ async fn settled(env: &TestEnv, intents: i64) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_have_bounded_labels_and_cover_the_rules_and_the_dashboard() -> Result<()> {
-    let env = TestEnv::new("metrics", "").await?;
-    let herald = env.spawn_roles("ingest,relay,deliver", "herald", &[])?;
+    // Every role, the reconcile role with its own event queue: the rules and the dashboard
+    // name the metrics of all of them.
+    let queue = integration_tests::ses_events::EventQueue::create("metrics").await?;
+    let env = TestEnv::new("metrics", &queue.config(600)).await?;
+    let herald = env.spawn_roles("ingest,relay,deliver,reconcile", "herald", &[])?;
     let admin = herald.admin_addr(WAIT).await?;
     let p = producer()?;
 
@@ -458,6 +461,7 @@ async fn metrics_have_bounded_labels_and_cover_the_rules_and_the_dashboard() -> 
         }
     }
     drop(herald);
+    queue.delete().await;
     env.cleanup().await;
     Ok(())
 }

@@ -42,15 +42,7 @@ pub enum SesEventType {
     Subscription,
 }
 
-/// What an event says about whether SES had the message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// SES took the message (it sent, delivered, bounced, was complained about, or is
-    /// retrying delivery): an `unknown` attempt was accepted.
-    Accepted,
-    /// SES refused the message (virus, rendering failure): it never left SES.
-    Rejected,
-}
+pub use herald_core::state::Verdict;
 
 impl SesEventType {
     pub const ALL: [SesEventType; 10] = [
@@ -136,23 +128,7 @@ impl fmt::Display for SesEventType {
     }
 }
 
-/// Why a destination should no longer be sent to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SuppressionReason {
-    /// A permanent (hard) bounce.
-    Bounced,
-    /// The recipient marked the message as spam.
-    Complained,
-}
-
-impl SuppressionReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SuppressionReason::Bounced => "bounced",
-            SuppressionReason::Complained => "complained",
-        }
-    }
-}
+pub use herald_core::consent::SuppressionReason;
 
 /// One SES event record, decoded.
 #[derive(Debug, Clone, PartialEq)]

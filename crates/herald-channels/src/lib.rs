@@ -25,5 +25,5 @@ pub use message::{EmailMessage, SmsMessage};
 pub use outcome::{ErrorCategory, Outcome};
 pub use rate::{RateLimiter, Reservation};
 pub use ses::{IdentityError, SesSender};
-pub use settings::{AwsSettings, StaticCredentials};
+pub use settings::{sdk_config, AwsSettings, StaticCredentials};
 pub use sns::SnsSender;

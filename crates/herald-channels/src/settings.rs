@@ -65,8 +65,9 @@ impl fmt::Debug for StaticCredentials {
     }
 }
 
-/// The SDK configuration both senders are built from.
-pub(crate) async fn sdk_config(settings: &AwsSettings) -> SdkConfig {
+/// The SDK configuration every client is built from (the senders, the queue reader, and
+/// the test harness's own SQS and SNS clients).
+pub async fn sdk_config(settings: &AwsSettings) -> SdkConfig {
     let http_client = aws_smithy_http_client::Builder::new()
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .tls_provider(Provider::Rustls(CryptoMode::Ring))

@@ -21,15 +21,23 @@ pub enum ConsentDecision {
     InvalidDestination,
     /// No profile for this seller (never received, or deleted by a tombstone).
     NoSellerProfile,
+    /// The destination is on the suppression list: the provider reported a permanent
+    /// bounce to it.
+    Bounced,
+    /// The destination is on the suppression list: its recipient complained (marked a
+    /// message as spam).
+    Complained,
 }
 
 impl ConsentDecision {
-    pub const ALL: [ConsentDecision; 5] = [
+    pub const ALL: [ConsentDecision; 7] = [
         ConsentDecision::Granted,
         ConsentDecision::OptedOut,
         ConsentDecision::NoDestination,
         ConsentDecision::InvalidDestination,
         ConsentDecision::NoSellerProfile,
+        ConsentDecision::Bounced,
+        ConsentDecision::Complained,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -39,6 +47,8 @@ impl ConsentDecision {
             ConsentDecision::NoDestination => "no_destination",
             ConsentDecision::InvalidDestination => "invalid_destination",
             ConsentDecision::NoSellerProfile => "no_seller_profile",
+            ConsentDecision::Bounced => "bounced",
+            ConsentDecision::Complained => "complained",
         }
     }
 
@@ -51,6 +61,47 @@ impl fmt::Display for ConsentDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Why a destination is on the suppression list (the provider's report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SuppressionReason {
+    /// A permanent bounce.
+    Bounced,
+    /// A complaint.
+    Complained,
+}
+
+impl SuppressionReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SuppressionReason::Bounced => "bounced",
+            SuppressionReason::Complained => "complained",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "bounced" => Some(SuppressionReason::Bounced),
+            "complained" => Some(SuppressionReason::Complained),
+            _ => None,
+        }
+    }
+
+    pub fn consent(self) -> ConsentDecision {
+        match self {
+            SuppressionReason::Bounced => ConsentDecision::Bounced,
+            SuppressionReason::Complained => ConsentDecision::Complained,
+        }
+    }
+}
+
+/// The suppression-list entries of a seller's destinations, read with the profile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Suppressed {
+    pub email: Option<SuppressionReason>,
+    pub sms: Option<SuppressionReason>,
 }
 
 /// The decision and, when granted, the destination to freeze into the payload.
@@ -66,7 +117,16 @@ pub fn decide(seller: Option<&SellerProfile>, channel: Channel) -> (ConsentDecis
         _ if !opted_in => (ConsentDecision::OptedOut, None),
         None => (ConsentDecision::NoDestination, None),
         Some(d) if !valid(d) => (ConsentDecision::InvalidDestination, None),
-        Some(d) => (ConsentDecision::Granted, Some(d.clone())),
+        Some(d) => {
+            let suppressed = match channel {
+                Channel::Email => seller.suppressed.email,
+                Channel::Sms => seller.suppressed.sms,
+            };
+            match suppressed {
+                Some(reason) => (reason.consent(), None),
+                None => (ConsentDecision::Granted, Some(d.clone())),
+            }
+        }
     }
 }
 
@@ -110,7 +170,24 @@ mod tests {
             email_opt_in: email_in,
             sms_opt_in: sms_in,
             version: 1,
+            suppressed: Suppressed::default(),
         }
+    }
+
+    #[test]
+    fn a_suppressed_destination_is_not_sent_to_and_says_why() {
+        let mut s = seller(Some("a@example.com"), Some("+15555550100"), true, true);
+        s.suppressed.email = Some(SuppressionReason::Bounced);
+        assert_eq!(decide(Some(&s), Channel::Email), (ConsentDecision::Bounced, None));
+        assert_eq!(decide(Some(&s), Channel::Sms).0, ConsentDecision::Granted);
+        s.suppressed.sms = Some(SuppressionReason::Complained);
+        assert_eq!(
+            decide(Some(&s), Channel::Sms),
+            (ConsentDecision::Complained, None)
+        );
+        // Opting out still says opted_out: the seller's own choice is the first reason.
+        s.email_opt_in = false;
+        assert_eq!(decide(Some(&s), Channel::Email).0, ConsentDecision::OptedOut);
     }
 
     #[test]

@@ -326,6 +326,7 @@ mod tests {
             email_opt_in: true,
             sms_opt_in: true,
             version: 1,
+            suppressed: Default::default(),
         }
     }
 

@@ -37,6 +37,10 @@ pub struct RetryPolicy {
     pub base_backoff: Duration,
     pub max_backoff: Duration,
     pub on_unknown: UnknownPolicy,
+    /// How long an `unknown` outcome waits for the provider's own evidence (the
+    /// `reconcile` role) before `on_unknown` decides. `None`: the policy decides at once
+    /// (no evidence is read for this channel).
+    pub evidence_window: Option<Duration>,
 }
 
 /// The intent's next state after an attempt.
@@ -49,6 +53,9 @@ pub enum NextState {
     Failed,
     /// `unknown`, held for an operator.
     HoldUnknown,
+    /// `unknown`, waiting this long for the provider's evidence; then the channel's
+    /// `on_unknown` policy decides ([`RetryPolicy::after_silence`]).
+    AwaitEvidence(Duration),
 }
 
 impl NextState {
@@ -58,7 +65,16 @@ impl NextState {
             NextState::Rejected => IntentState::Rejected,
             NextState::RetryAfter(_) => IntentState::RetryScheduled,
             NextState::Failed => IntentState::Failed,
-            NextState::HoldUnknown => IntentState::Unknown,
+            NextState::HoldUnknown | NextState::AwaitEvidence(_) => IntentState::Unknown,
+        }
+    }
+
+    /// The delay the intent is stored with (`next_attempt_at`): a retry's backoff, or the
+    /// end of the wait for evidence. Only a retry also gets an outbox row.
+    pub fn delay(self) -> Option<Duration> {
+        match self {
+            NextState::RetryAfter(d) | NextState::AwaitEvidence(d) => Some(d),
+            _ => None,
         }
     }
 }
@@ -93,15 +109,28 @@ impl RetryPolicy {
             AttemptOutcome::Retryable => retry(),
             // Out of attempts after an unknown outcome, the honest state is still `unknown`
             // (the message may have arrived), not `failed`: an operator decides.
-            AttemptOutcome::Unknown => match self.on_unknown {
-                UnknownPolicy::Retry if attempt_no < self.max_attempts => retry(),
-                _ => NextState::HoldUnknown,
+            AttemptOutcome::Unknown => match self.evidence_window {
+                Some(window) => NextState::AwaitEvidence(window),
+                None => self.after_silence(attempt_no, jitter),
             },
             // Nothing reached the provider: due again soon, never `failed` for it (a channel
             // held back by its rate must not use up the intent's attempts).
             AttemptOutcome::NotSent => NextState::RetryAfter(self.backoff(1, jitter)),
             // An attempt is never recorded as `started` twice; treat it as unknown.
             AttemptOutcome::Started => NextState::HoldUnknown,
+        }
+    }
+
+    /// The channel's `on_unknown` decision for an `unknown` outcome of the `tries`-th
+    /// attempt when no evidence settled it: at once without an evidence window, else once
+    /// the window has passed in silence.
+    pub fn after_silence(&self, tries: u32, jitter: f64) -> NextState {
+        let attempt_no = tries.max(1);
+        match self.on_unknown {
+            UnknownPolicy::Retry if attempt_no < self.max_attempts => {
+                NextState::RetryAfter(self.backoff(attempt_no, jitter))
+            }
+            _ => NextState::HoldUnknown,
         }
     }
 }
@@ -129,6 +158,7 @@ mod tests {
             base_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(5),
             on_unknown,
+            evidence_window: None,
         }
     }
 
@@ -179,6 +209,35 @@ mod tests {
             policy(UnknownPolicy::Retry).next(AttemptOutcome::Unknown, 4, 0.5),
             NextState::HoldUnknown
         );
+    }
+
+    #[test]
+    fn unknown_waits_for_evidence_then_the_policy_decides() {
+        let window = Duration::from_secs(600);
+        for on_unknown in [UnknownPolicy::Hold, UnknownPolicy::Retry] {
+            let p = RetryPolicy {
+                evidence_window: Some(window),
+                ..policy(on_unknown)
+            };
+            let next = p.next(AttemptOutcome::Unknown, 1, 0.5);
+            assert_eq!(next, NextState::AwaitEvidence(window));
+            assert_eq!(next.state(), IntentState::Unknown);
+            assert_eq!(next.delay(), Some(window));
+            assert_eq!(
+                p.after_silence(1, 0.5),
+                policy(on_unknown).next(AttemptOutcome::Unknown, 1, 0.5)
+            );
+        }
+        // Only `unknown` waits: the provider answered the others.
+        let p = RetryPolicy {
+            evidence_window: Some(window),
+            ..policy(UnknownPolicy::Hold)
+        };
+        assert_eq!(p.next(AttemptOutcome::Accepted, 1, 0.5), NextState::Accepted);
+        assert!(matches!(
+            p.next(AttemptOutcome::Retryable, 1, 0.5),
+            NextState::RetryAfter(_)
+        ));
     }
 
     #[test]

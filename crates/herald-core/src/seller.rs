@@ -18,6 +18,10 @@ pub struct SellerProfile {
     pub email_opt_in: bool,
     pub sms_opt_in: bool,
     pub version: i64,
+    /// Suppression-list entries of the email address and phone number, read with the
+    /// stored profile (never part of the topic's record).
+    #[serde(skip)]
+    pub suppressed: crate::consent::Suppressed,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +124,7 @@ impl SellerRecord {
             email_opt_in: flag("email_opt_in")?,
             sms_opt_in: flag("sms_opt_in")?,
             version,
+            suppressed: Default::default(),
         }))
     }
 }

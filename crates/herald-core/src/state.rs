@@ -194,3 +194,30 @@ mod tests {
         assert!(!IntentState::AwaitingProfile.is_terminal());
     }
 }
+
+/// What a provider's event says about whether the provider had the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The provider took the message (it sent, delivered, bounced, was complained about,
+    /// or is retrying delivery): an `unknown` attempt was accepted.
+    Accepted,
+    /// The provider refused the message (a virus, a rendering failure): it never left.
+    Rejected,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Accepted => "accepted",
+            Verdict::Rejected => "rejected",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "accepted" => Some(Verdict::Accepted),
+            "rejected" => Some(Verdict::Rejected),
+            _ => None,
+        }
+    }
+}

@@ -16,8 +16,17 @@ use crate::{Connection, Result, Store, StoreError};
 pub(crate) const ATTEMPTS_OF_INTENT: &str =
     "SELECT attempt_no, outcome, after_unknown, worker, started_at, finished_at,
             provider_message_id, error_category, late_outcome, late_provider_message_id,
-            late_error_category, late_recorded_at
+            late_error_category, late_recorded_at, id
      FROM notification_attempts WHERE intent_id = $1 ORDER BY attempt_no";
+/// The provider's events about an intent's attempts (provider_events_intent_idx).
+const EVENTS_OF_INTENT: &str =
+    "SELECT attempt_id, id, event_type, occurred_at, matched_by, verdict, bounce_type,
+            bounce_subtype, complaint_type, detail, effect, received_at
+     FROM provider_events WHERE intent_id = $1 ORDER BY occurred_at, id";
+/// Who settled the intent's `unknown` attempts, and how (intent_resolutions_intent_idx).
+const RESOLUTIONS_OF_INTENT: &str =
+    "SELECT resolved_as, settled_by, reason, operator, resolved_at, provider_event_id
+     FROM intent_resolutions WHERE intent_id = $1 ORDER BY id";
 /// An intent by business key (notification_intents_business_key).
 pub(crate) const INTENT_BY_BUSINESS_KEY: &str = "SELECT id FROM notification_intents
      WHERE marketplace_id = $1 AND order_id = $2 AND event_kind = $3 AND channel = $4";
@@ -56,6 +65,10 @@ pub struct BacklogSample {
     /// Age of the oldest due outbox row (zero when none).
     pub outbox_oldest_age: Duration,
     pub intents_unknown: i64,
+    /// `unknown` intents inside their silence window (notification_intents_awaiting_evidence_idx).
+    pub intents_awaiting_evidence: i64,
+    /// Live entries of the suppression list (suppressions_live).
+    pub suppressions: i64,
     /// Intents `awaiting_profile`, and the age of the oldest.
     pub holds: holds::HoldSample,
 }
@@ -129,8 +142,40 @@ pub struct IntentView {
     /// Set when the order was held for its seller's profile.
     pub hold: Option<HoldView>,
     pub attempts: Vec<AttemptView>,
+    /// Decisions on the intent's `unknown` attempts: an operator's, the provider's
+    /// evidence, or the channel's policy after silence.
+    pub resolutions: Vec<ResolutionView>,
     pub conflicts: Vec<ConflictView>,
     pub outbox_rows: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ResolutionView {
+    pub resolved_as: String,
+    /// `operator`, `evidence` or `silence`.
+    pub settled_by: String,
+    pub reason: String,
+    pub operator: String,
+    pub resolved_at: DateTime<Utc>,
+    pub provider_event_id: Option<i64>,
+}
+
+/// One event the provider published about an attempt (never an address).
+#[derive(Debug, Clone, Serialize)]
+pub struct ProviderEventView {
+    pub id: i64,
+    pub event_type: String,
+    pub occurred_at: DateTime<Utc>,
+    /// `tags` or `message_id`.
+    pub matched_by: Option<String>,
+    pub verdict: Option<String>,
+    pub bounce_type: Option<String>,
+    pub bounce_subtype: Option<String>,
+    pub complaint_type: Option<String>,
+    pub detail: Option<String>,
+    /// `recorded`, `settled`, `suppressed` or `settled_suppressed`.
+    pub effect: String,
+    pub received_at: DateTime<Utc>,
 }
 
 /// The frozen payload, with the destination masked: `intent show` output ends up in
@@ -157,6 +202,8 @@ pub struct AttemptView {
     /// An outcome that arrived after the attempt had been recorded `unknown` (its lease
     /// expired first), stored beside it.
     pub late: Option<LateOutcomeView>,
+    /// What the provider published about this attempt, in the provider's time order.
+    pub provider_events: Vec<ProviderEventView>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -219,7 +266,10 @@ impl Store {
                 "SELECT (SELECT count(*) FROM outbox WHERE available_at <= now()),
                         (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(available_at)), 0)::float8
                            FROM outbox WHERE available_at <= now()),
-                        (SELECT count(*) FROM notification_intents WHERE state = 'unknown')",
+                        (SELECT count(*) FROM notification_intents WHERE state = 'unknown'),
+                        (SELECT count(*) FROM notification_intents
+                          WHERE state = 'unknown' AND next_attempt_at IS NOT NULL),
+                        (SELECT count(*) FROM suppressions WHERE lifted_at IS NULL)",
                 &[],
             )
             .await?;
@@ -227,6 +277,8 @@ impl Store {
             outbox_due: r.get(0),
             outbox_oldest_age: Duration::from_secs_f64(r.get::<_, f64>(1).max(0.0)),
             intents_unknown: r.get(2),
+            intents_awaiting_evidence: r.get(3),
+            suppressions: r.get(4),
             holds: holds::sample(&**conn).await?,
         })
     }
@@ -261,11 +313,42 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
             return Ok(None);
         };
         // notification_attempts_intent_idx
+        let mut events: Vec<(Uuid, ProviderEventView)> = conn
+            .query(EVENTS_OF_INTENT, &[&id])
+            .await?
+            .into_iter()
+            .map(|e| {
+                (
+                    e.get(0),
+                    ProviderEventView {
+                        id: e.get(1),
+                        event_type: e.get(2),
+                        occurred_at: e.get(3),
+                        matched_by: e.get(4),
+                        verdict: e.get(5),
+                        bounce_type: e.get(6),
+                        bounce_subtype: e.get(7),
+                        complaint_type: e.get(8),
+                        detail: e.get(9),
+                        effect: e.get(10),
+                        received_at: e.get(11),
+                    },
+                )
+            })
+            .collect();
         let attempts = conn
             .query(ATTEMPTS_OF_INTENT, &[&id])
             .await?
             .into_iter()
             .map(|a| AttemptView {
+                provider_events: {
+                    let attempt: Uuid = a.get(12);
+                    let (mine, rest) = std::mem::take(&mut events)
+                        .into_iter()
+                        .partition(|(at, _)| *at == attempt);
+                    events = rest;
+                    mine.into_iter().map(|(_, e)| e).collect()
+                },
                 attempt_no: a.get(0),
                 outcome: a.get(1),
                 after_unknown: a.get(2),
@@ -280,6 +363,19 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
                     error_category: a.get(10),
                     recorded_at: a.get(11),
                 }),
+            })
+            .collect();
+        let resolutions = conn
+            .query(RESOLUTIONS_OF_INTENT, &[&id])
+            .await?
+            .into_iter()
+            .map(|r| ResolutionView {
+                resolved_as: r.get(0),
+                settled_by: r.get(1),
+                reason: r.get(2),
+                operator: r.get(3),
+                resolved_at: r.get(4),
+                provider_event_id: r.get(5),
             })
             .collect();
         // intent_conflicts_source (leading column intent_id)
@@ -337,6 +433,7 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
             payload,
             hold,
             attempts,
+            resolutions,
             conflicts,
             outbox_rows: r.get(28),
         }))

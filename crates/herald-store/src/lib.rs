@@ -6,6 +6,7 @@
 //! not a failure).
 
 pub mod delivery;
+pub mod evidence;
 pub mod failure;
 pub mod holds;
 pub mod ingest;

@@ -80,6 +80,8 @@ pub struct Removed {
     /// Rows of the default partition older than the attempts' cutoff.
     pub default_attempts: u64,
     pub payload_bodies: u64,
+    /// Provider events and rejected queue messages received before the attempts' cutoff.
+    pub provider_events: u64,
     pub intents: IntentsRemoved,
 }
 
@@ -176,6 +178,34 @@ impl RetentionSession {
                 &[&cutoff, &batch],
             )
             .await?)
+    }
+
+    /// Deletes up to `batch` provider events, then up to `batch` rejected queue messages,
+    /// received before `cutoff` (the attempts' clock: the evidence goes with the attempts
+    /// it concerns). Returns how many. A resolution or a suppression naming a deleted
+    /// event keeps its row; its event id becomes NULL.
+    pub async fn delete_provider_events(&mut self, cutoff: NaiveDate, batch: i64) -> Result<u64> {
+        // Failure policy: each statement its own transaction; a crash between them leaves
+        // the rejects for the next pass.
+        // provider_events_received_idx
+        let events = self
+            .client
+            .execute(
+                "DELETE FROM provider_events WHERE id IN
+                    (SELECT id FROM provider_events WHERE received_at < $1::date ORDER BY received_at LIMIT $2)",
+                &[&cutoff, &batch],
+            )
+            .await?;
+        // provider_event_rejects_received_idx
+        let rejects = self
+            .client
+            .execute(
+                "DELETE FROM provider_event_rejects WHERE id IN
+                    (SELECT id FROM provider_event_rejects WHERE received_at < $1::date ORDER BY received_at LIMIT $2)",
+                &[&cutoff, &batch],
+            )
+            .await?;
+        Ok(events + rejects)
     }
 
     /// Purges the bodies of the next `batch` payloads created before `cutoff` after
@@ -311,6 +341,14 @@ impl Store {
             )
             .await?
             .get(0);
+        let provider_events: i64 = tx
+            .query_one(
+                "SELECT (SELECT count(*) FROM provider_events WHERE received_at < $1::date)
+                      + (SELECT count(*) FROM provider_event_rejects WHERE received_at < $1::date)",
+                &[&cutoffs.attempts],
+            )
+            .await?
+            .get(0);
         // The same predicate as PURGE_CANDIDATES + PURGE_BODIES, over the whole range.
         let payload_bodies: i64 = tx
             .query_one(
@@ -374,6 +412,7 @@ impl Store {
             partitions,
             default_attempts: default_attempts as u64,
             payload_bodies: payload_bodies as u64,
+            provider_events: provider_events as u64,
             intents,
         })
     }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use herald_core::consent::{Suppressed, SuppressionReason};
 use herald_core::{SellerProfile, SellerRecord};
 use tokio_postgres::GenericClient;
 
@@ -9,9 +10,16 @@ use crate::Result;
 
 /// Folds the records of one batch into the final record per seller, in offset order: a
 /// tombstone deletes whatever came before; among upserts the highest version wins.
-/// The profiles of a batch's sellers (sellers_pkey).
+/// The profiles of a batch's sellers (sellers_pkey), with the suppression-list entries of
+/// their destinations (suppressions_live).
 pub(crate) const SELLERS_BY_KEY: &str =
-    "SELECT s.marketplace_id, s.seller_id, s.email, s.phone, s.locale, s.email_opt_in, s.sms_opt_in, s.version
+    "SELECT s.marketplace_id, s.seller_id, s.email, s.phone, s.locale, s.email_opt_in, s.sms_opt_in, s.version,
+            (SELECT x.reason FROM suppressions x
+              WHERE x.channel = 'email' AND x.lifted_at IS NULL
+                AND x.destination_digest = herald_destination_digest('email', s.email)),
+            (SELECT x.reason FROM suppressions x
+              WHERE x.channel = 'sms' AND x.lifted_at IS NULL
+                AND x.destination_digest = herald_destination_digest('sms', s.phone))
      FROM sellers s JOIN unnest($1::text[], $2::text[]) AS k(marketplace_id, seller_id)
        ON s.marketplace_id = k.marketplace_id AND s.seller_id = k.seller_id";
 
@@ -117,6 +125,10 @@ pub(crate) async fn lookup(
                 email_opt_in: r.get(5),
                 sms_opt_in: r.get(6),
                 version: r.get(7),
+                suppressed: Suppressed {
+                    email: r.get::<_, Option<&str>>(8).and_then(SuppressionReason::parse),
+                    sms: r.get::<_, Option<&str>>(9).and_then(SuppressionReason::parse),
+                },
             };
             ((p.marketplace_id.clone(), p.seller_id.clone()), p)
         })
@@ -162,6 +174,7 @@ mod tests {
             email_opt_in: false,
             sms_opt_in: false,
             version,
+            suppressed: Default::default(),
         })
     }
 

@@ -48,14 +48,26 @@ pub struct Metrics {
     delivery_db_duration: Histogram<f64>,
     retention_removed: Counter<u64>,
     retention_failures: Counter<u64>,
+    provider_messages: Counter<u64>,
+    provider_events: Counter<u64>,
+    unknown_settled: Counter<u64>,
     gauges: Arc<Gauges>,
 }
 
+/// What the `reconcile` role did with each queue message (`herald_provider_messages_total{result}`).
+pub const PROVIDER_MESSAGE_RESULTS: [&str; 3] = ["event", "ignored", "rejected"];
+/// What storing a provider event found (`herald_provider_events_total{type,outcome}`).
+pub const PROVIDER_EVENT_OUTCOMES: [&str; 3] = ["matched", "unmatched", "duplicate"];
+/// Who settled an `unknown` intent (`herald_unknown_settled_total{channel,by,as}`), and as what.
+pub const UNKNOWN_SETTLED_BY: [&str; 3] = ["evidence", "silence", "operator"];
+pub const UNKNOWN_SETTLED_AS: [&str; 4] = ["accepted", "rejected", "retry", "hold"];
+
 /// What retention removes (`herald_retention_removed_total{what}`).
-pub const RETENTION_REMOVED: [&str; 5] = [
+pub const RETENTION_REMOVED: [&str; 6] = [
     "partitions",
     "default_attempts",
     "payload_bodies",
+    "provider_events",
     "intents",
     "payloads",
 ];
@@ -181,7 +193,8 @@ impl Metrics {
                 .u64_counter("herald_retention_removed")
                 .with_description(
                     "What retention removed, by what: partitions (dropped), default_attempts (rows of the default \
-                     partition), payload_bodies (purged), intents and payloads (deleted)",
+                     partition), payload_bodies (purged), provider_events (events and rejected queue messages), intents and \
+                     payloads (deleted)",
                 )
                 .build(),
             retention_failures: meter
@@ -191,8 +204,76 @@ impl Metrics {
                      payload_bodies, intents); the daemon keeps running and tries again",
                 )
                 .build(),
+            provider_messages: meter
+                .u64_counter("herald_provider_messages")
+                .with_description(
+                    "Messages the reconcile role read from the provider's event queue, by result: event (stored), \
+                     ignored (subscription confirmations, test notifications), rejected (malformed: kept with the \
+                     reason, deleted)",
+                )
+                .build(),
+            provider_events: meter
+                .u64_counter("herald_provider_events")
+                .with_description(
+                    "Provider events (SES event publishing) by type and outcome: matched (to an attempt, by tags or \
+                     message id), unmatched (no attempt of this ledger), duplicate (seen before: no effect)",
+                )
+                .build(),
+            unknown_settled: meter
+                .u64_counter("herald_unknown_settled")
+                .with_description(
+                    "Unknown intents settled, by channel, by whom (evidence: the provider's event; silence: the \
+                     on_unknown policy once no event came; operator: intent resolve) and as what",
+                )
+                .build(),
             gauges,
         }
+    }
+
+    /// Exports the reconcile counters at 0, so that rates and alerts see them at once.
+    pub fn init_reconcile(&self, event_types: &[&'static str]) {
+        for result in PROVIDER_MESSAGE_RESULTS {
+            self.provider_messages.add(0, &[KeyValue::new("result", result)]);
+        }
+        for t in event_types {
+            for outcome in PROVIDER_EVENT_OUTCOMES {
+                self.provider_events
+                    .add(0, &[KeyValue::new("type", *t), KeyValue::new("outcome", outcome)]);
+            }
+        }
+    }
+
+    /// One queue message read, with `result` one of [`PROVIDER_MESSAGE_RESULTS`].
+    pub fn provider_message(&self, result: &'static str) {
+        debug_assert!(PROVIDER_MESSAGE_RESULTS.contains(&result), "{result}");
+        self.provider_messages.add(1, &[KeyValue::new("result", result)]);
+    }
+
+    /// One provider event stored (or a duplicate), with `outcome` one of
+    /// [`PROVIDER_EVENT_OUTCOMES`].
+    pub fn provider_event(&self, event_type: &'static str, outcome: &'static str) {
+        debug_assert!(PROVIDER_EVENT_OUTCOMES.contains(&outcome), "{outcome}");
+        self.provider_events.add(
+            1,
+            &[
+                KeyValue::new("type", event_type),
+                KeyValue::new("outcome", outcome),
+            ],
+        );
+    }
+
+    /// An `unknown` intent settled `by` one of [`UNKNOWN_SETTLED_BY`], `as` one of
+    /// [`UNKNOWN_SETTLED_AS`].
+    pub fn unknown_settled(&self, channel: &str, by: &'static str, r#as: &'static str) {
+        debug_assert!(UNKNOWN_SETTLED_BY.contains(&by) && UNKNOWN_SETTLED_AS.contains(&r#as));
+        self.unknown_settled.add(
+            1,
+            &[
+                KeyValue::new("channel", channel.to_owned()),
+                KeyValue::new("by", by),
+                KeyValue::new("as", r#as),
+            ],
+        );
     }
 
     /// Exports the retention counters at 0 for every label, so alerts see them at once.
@@ -280,6 +361,27 @@ impl Metrics {
                     &[
                         KeyValue::new("channel", (*channel).to_owned()),
                         KeyValue::new("reason", *reason),
+                    ],
+                );
+            }
+            // The decisions the delivery role takes itself (silence) and the operator's,
+            // at 0; evidence only settles e-mail.
+            let mut settled = vec![
+                ("silence", "hold"),
+                ("silence", "retry"),
+                ("operator", "accepted"),
+                ("operator", "retry"),
+            ];
+            if *channel == "email" {
+                settled.extend([("evidence", "accepted"), ("evidence", "rejected")]);
+            }
+            for (by, r#as) in settled {
+                self.unknown_settled.add(
+                    0,
+                    &[
+                        KeyValue::new("channel", (*channel).to_owned()),
+                        KeyValue::new("by", by),
+                        KeyValue::new("as", r#as),
                     ],
                 );
             }
@@ -410,6 +512,8 @@ pub struct Gauges {
     /// f64 bits of the outbox's oldest row age in seconds.
     outbox_oldest_age: AtomicU64,
     intents_unknown: AtomicI64,
+    intents_awaiting_evidence: AtomicI64,
+    suppressions: AtomicI64,
     intents_awaiting_profile: AtomicI64,
     /// f64 bits of the oldest open hold's age in seconds.
     awaiting_profile_oldest_age: AtomicU64,
@@ -440,6 +544,13 @@ impl Gauges {
 
     /// Intents `awaiting_profile` and the oldest one's age (sampled with the database
     /// figures; exported once those are).
+    /// `unknown` intents still inside their silence window, and live suppression entries
+    /// (sampled with the database figures; exported once those are).
+    pub fn set_evidence(&self, awaiting_evidence: i64, suppressions: i64) {
+        self.intents_awaiting_evidence.store(awaiting_evidence, Relaxed);
+        self.suppressions.store(suppressions, Relaxed);
+    }
+
     pub fn set_holds(&self, open: i64, oldest_age: Duration) {
         self.intents_awaiting_profile.store(open, Relaxed);
         self.awaiting_profile_oldest_age
@@ -521,6 +632,30 @@ fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
         .with_callback(move |o| {
             if g.database_sampled.load(Relaxed) {
                 o.observe(g.intents_unknown.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_intents_awaiting_evidence")
+        .with_description(
+            "Unknown e-mail intents inside their silence window: waiting for the provider's event before on_unknown decides",
+        )
+        .with_callback(move |o| {
+            if g.database_sampled.load(Relaxed) {
+                o.observe(g.intents_awaiting_evidence.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_suppressions")
+        .with_description(
+            "Destinations on the suppression list (a permanent bounce or a complaint), not lifted",
+        )
+        .with_callback(move |o| {
+            if g.database_sampled.load(Relaxed) {
+                o.observe(g.suppressions.load(Relaxed), &[]);
             }
         })
         .build();

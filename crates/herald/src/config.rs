@@ -34,6 +34,7 @@ pub struct Config {
     pub channels: ChannelsConfig,
     pub rendering: RenderingConfig,
     pub retention: RetentionConfig,
+    pub reconcile: ReconcileConfig,
     pub routes: Vec<Route>,
 }
 
@@ -484,6 +485,43 @@ impl Default for RetentionConfig {
     }
 }
 
+/// The `reconcile` role: SES event records (configuration set -> SNS topic -> SQS queue)
+/// settle `unknown` e-mail attempts and feed the suppression list (README, "Provider
+/// evidence").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReconcileConfig {
+    /// The SQS queue subscribed to the configuration set's event topic. Unset: no evidence
+    /// is read, and an `unknown` e-mail attempt follows `on_unknown` at once.
+    pub queue_url: Option<String>,
+    /// How long an `unknown` e-mail attempt waits for an event before the channel's
+    /// `on_unknown` policy decides (and records that no evidence came). SES publishes
+    /// `Send` within seconds; a `Delivery` may take minutes.
+    pub silence_secs: u64,
+    /// SQS long polling: how long one receive waits for messages (at most 20).
+    pub wait_secs: u64,
+    /// Messages per receive (at most 10).
+    pub batch: u64,
+    /// How long a received message stays invisible to other readers; it must cover one
+    /// batch's commit. A crash before the delete: the message comes back after it.
+    pub visibility_timeout_secs: u64,
+    /// How often the silence sweep looks for `unknown` intents whose window has passed.
+    pub sweep_interval_secs: u64,
+}
+
+impl Default for ReconcileConfig {
+    fn default() -> Self {
+        Self {
+            queue_url: None,
+            silence_secs: 900,
+            wait_secs: 20,
+            batch: 10,
+            visibility_timeout_secs: 60,
+            sweep_interval_secs: 15,
+        }
+    }
+}
+
 /// Maps an event kind to a template and the channels it notifies on.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -494,7 +532,7 @@ pub struct Route {
 }
 
 /// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "log",
     "telemetry",
     "admin",
@@ -507,6 +545,7 @@ const SECTIONS: [&str; 12] = [
     "channels",
     "rendering",
     "retention",
+    "reconcile",
 ];
 
 impl Config {
@@ -695,6 +734,20 @@ impl Config {
             range("retention.interval_secs", r.interval_secs, 60, 7 * 86_400)?;
         }
         range("retention.batch_size", r.batch_size as u64, 1, 10_000)?;
+        let rc = &self.reconcile;
+        if rc.queue_url.as_deref().is_some_and(|u| u.trim().is_empty()) {
+            bail!("reconcile.queue_url is empty: remove it, or name the SQS queue");
+        }
+        range("reconcile.silence_secs", rc.silence_secs, 1, 7 * 86_400)?;
+        range("reconcile.wait_secs", rc.wait_secs, 0, 20)?;
+        range("reconcile.batch", rc.batch, 1, 10)?;
+        range(
+            "reconcile.visibility_timeout_secs",
+            rc.visibility_timeout_secs,
+            5,
+            43_200,
+        )?;
+        range("reconcile.sweep_interval_secs", rc.sweep_interval_secs, 1, 3600)?;
         if let Some(role) = &self.database.runtime_role {
             let mut chars = role.chars();
             let valid = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
@@ -914,6 +967,24 @@ impl Config {
         self.channel_retry(channel).rate_per_second
     }
 
+    /// The AWS clients' settings (SES, SNS, SQS).
+    pub fn aws_settings(&self) -> herald_channels::AwsSettings {
+        let a = &self.aws;
+        herald_channels::AwsSettings {
+            region: a.region.clone(),
+            endpoint_url: a.endpoint_url.clone(),
+            connect_timeout: Duration::from_millis(a.connect_timeout_ms),
+            attempt_timeout: Duration::from_millis(a.attempt_timeout_ms),
+            static_credentials: match (&a.access_key_id, &a.secret_access_key) {
+                (Some(id), Some(secret)) => Some(herald_channels::StaticCredentials {
+                    access_key_id: id.clone(),
+                    secret_access_key: secret.clone(),
+                }),
+                _ => None,
+            },
+        }
+    }
+
     pub fn retry_policy(&self, channel: Channel) -> RetryPolicy {
         let r = self.channel_retry(channel);
         RetryPolicy {
@@ -921,6 +992,14 @@ impl Config {
             base_backoff: Duration::from_millis(r.base_backoff_ms),
             max_backoff: Duration::from_millis(r.max_backoff_ms),
             on_unknown: r.on_unknown,
+            // Only SES publishes events Herald can match to an attempt: an SMS publish
+            // that timed out has no message id to find in the delivery-status logs.
+            evidence_window: match channel {
+                Channel::Email if self.reconcile.queue_url.is_some() => {
+                    Some(Duration::from_secs(self.reconcile.silence_secs))
+                }
+                _ => None,
+            },
         }
     }
 

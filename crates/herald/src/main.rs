@@ -23,6 +23,7 @@ mod health;
 mod ingest;
 mod obs;
 mod progress;
+mod reconcile;
 mod relay;
 mod retention;
 mod retrying;
@@ -84,6 +85,11 @@ enum Command {
         #[command(subcommand)]
         command: commands::retention::RetentionCommand,
     },
+    /// The suppression list: destinations the provider reported bounced or complaining.
+    Suppression {
+        #[command(subcommand)]
+        command: commands::suppression::SuppressionCommand,
+    },
     /// Run the daemon with the given roles until SIGTERM or SIGINT.
     Run(commands::run::RunArgs),
 }
@@ -137,6 +143,7 @@ fn main() -> ExitCode {
             Command::DeadLetter { command } => commands::dead_letter::run(&config, command).await,
             Command::Lag(args) => commands::lag::run(&config, args).await,
             Command::Retention { command } => commands::retention::run(&config, command).await,
+            Command::Suppression { command } => commands::suppression::run(&config, command).await,
             Command::Run(args) => commands::run::run(config, args, obs, scrape).await,
         }
     });

@@ -139,6 +139,7 @@ pub async fn pass(cx: &PassContext<'_>) -> PassReport {
         partitions_dropped = report.removed.partitions.len(),
         default_attempts = report.removed.default_attempts,
         payload_bodies = report.removed.payload_bodies,
+        provider_events = report.removed.provider_events,
         intents = report.removed.intents.intents,
         payloads = report.removed.intents.payloads,
         failures = report.failures.len(),
@@ -165,6 +166,14 @@ async fn attempts(
         let n = session.delete_default_attempts(cutoffs.attempts, batch).await?;
         cx.count("default_attempts", n);
         removed.default_attempts += n;
+        if n < batch as u64 {
+            break;
+        }
+    }
+    while (cx.keep_going)() {
+        let n = session.delete_provider_events(cutoffs.attempts, batch).await?;
+        cx.count("provider_events", n);
+        removed.provider_events += n;
         if n < batch as u64 {
             break;
         }

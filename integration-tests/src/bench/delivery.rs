@@ -137,6 +137,7 @@ pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f
         base_backoff: Duration::from_millis(200),
         max_backoff: Duration::from_secs(1),
         on_unknown: UnknownPolicy::Hold,
+        evidence_window: None,
     };
     let policies: ChannelPolicies = Channel::ALL.iter().map(|c| (*c, policy)).collect();
     let consumer = reader(&env.group("bench-sequential"), &env.topic("herald.deliveries"))?;

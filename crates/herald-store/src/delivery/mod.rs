@@ -62,10 +62,7 @@ fn next_state_columns(
     for (id, n) in next {
         columns.0.push(id);
         columns.1.push(n.state().as_str());
-        columns.2.push(match n {
-            NextState::RetryAfter(d) => Some(d.as_secs_f64()),
-            _ => None,
-        });
+        columns.2.push(n.delay().map(|d| d.as_secs_f64()));
     }
     columns
 }

@@ -126,7 +126,9 @@ impl Store {
 /// newer attempt was claimed (`attempt_count`), its lease is free, and the outcome tells
 /// more than its state: `unknown` learns any outcome but `unknown`, `retry_scheduled`
 /// (the sweeper's retry, not yet claimed) learns only that the message was accepted or
-/// rejected. PostgreSQL runs every data-modifying CTE whether or not it is read.
+/// rejected. An `unknown` waiting for evidence keeps its delay as `next_attempt_at` (the
+/// end of the silence window) and gets no outbox row: only a retry is sent again.
+/// PostgreSQL runs every data-modifying CTE whether or not it is read.
 pub(crate) const RECORD: &str = "WITH input AS (
         SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[],
                              $7::uuid[], $8::text[], $9::float8[])
@@ -170,11 +172,11 @@ pub(crate) const RECORD: &str = "WITH input AS (
                          AND ((i.state = 'unknown' AND r.next_state <> 'unknown')
                               OR (i.state = 'retry_scheduled' AND r.next_state IN ('accepted', 'rejected')))
                END
-        RETURNING i.id, i.trace_context, r.delay_secs, r.attempt_id
+        RETURNING i.id, i.trace_context, r.delay_secs, r.attempt_id, r.next_state
      ), queued AS (
         INSERT INTO outbox (intent_id, available_at, trace_context)
         SELECT id, now() + make_interval(secs => delay_secs), trace_context FROM moved
-         WHERE delay_secs IS NOT NULL
+         WHERE next_state = 'retry_scheduled'
      )
      SELECT rec.id, rec.on_time, EXISTS (SELECT 1 FROM moved m WHERE m.attempt_id = rec.id)
        FROM recorded rec";

@@ -67,14 +67,18 @@ impl Store {
         resolution: Resolution,
         reason: &str,
         operator: &str,
-    ) -> Result<Uuid> {
+    ) -> Result<(Uuid, herald_core::Channel)> {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let id = crate::inspect::intent_id(&*tx, intent, true).await?;
         let row = tx
-            .query_one("SELECT state FROM notification_intents WHERE id = $1", &[&id])
+            .query_one(
+                "SELECT state, channel FROM notification_intents WHERE id = $1",
+                &[&id],
+            )
             .await?;
         let state: String = row.get(0);
+        let channel = crate::intent_channel(row.get(1))?;
         if state != IntentState::Unknown.as_str() {
             return Err(StoreError::InvalidState(format!(
                 "intent {id} ({intent}) is {state}, not unknown: only unknown intents are resolved"
@@ -97,14 +101,15 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        Ok(id)
+        Ok((id, channel))
     }
 }
 
 /// The statement shared by the sweeper's and the operator's moves: after `$with` (common
 /// table expressions, among them `r` with columns `intent_id, next_state, delay_secs`),
 /// move each intent allowed by `$guard` (notification_intents_pkey), apply `$set`, clear
-/// its lease and token, and queue an outbox row for each retry.
+/// its lease and token, and queue an outbox row for each retry (an `unknown` waiting for
+/// evidence keeps its delay as `next_attempt_at` only).
 macro_rules! move_intents {
     ($with:expr, $set:literal, $guard:literal) => {
         concat!(
@@ -121,11 +126,11 @@ macro_rules! move_intents {
                  WHERE i.id = r.intent_id AND ",
             $guard,
             "
-                RETURNING i.id, i.trace_context, r.delay_secs
+                RETURNING i.id, i.trace_context, r.delay_secs, r.next_state
              )
              INSERT INTO outbox (intent_id, available_at, trace_context)
              SELECT id, now() + make_interval(secs => delay_secs), trace_context FROM moved
-              WHERE delay_secs IS NOT NULL"
+              WHERE next_state = 'retry_scheduled'"
         )
     };
 }

@@ -13,9 +13,11 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use herald_core::Channel;
 use herald_kafka::inspect::{self, DeadLetterRecord, ReplaySelection, DEAD_LETTER_LIMIT};
 use herald_kafka::KafkaSettings;
 use herald_store::delivery::Resolution;
+use herald_store::evidence::{Destination, Suppression};
 use herald_store::{IntentFilter, IntentRef, Store, StoreError};
 use herald_telemetry::ScrapeHandle;
 use serde::{Deserialize, Serialize};
@@ -36,6 +38,7 @@ pub struct AdminState {
     pub dead_letter_topic: String,
     /// Where a replay may write: `Config::ingest_topics`.
     pub ingest_topics: Vec<String>,
+    pub metrics: Arc<herald_telemetry::Metrics>,
 }
 
 type Shared = State<Arc<AdminState>>;
@@ -49,6 +52,8 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/intents", get(list_intents))
         .route("/v1/intents/{intent_id}", get(get_intent))
         .route("/v1/intents/{intent_id}/resolve", post(resolve_intent))
+        .route("/v1/suppressions", get(list_suppressions))
+        .route("/v1/suppressions/lift", post(lift_suppression))
         .route("/v1/dead-letters", get(list_dead_letters))
         .route("/v1/dead-letters/replay", post(replay_dead_letters))
         .with_state(state)
@@ -205,15 +210,94 @@ async fn resolve_intent(
         ResolveAs::Retry => Resolution::Retry,
     };
     let operator = req.operator.unwrap_or_else(|| "admin-api".into());
-    s.store
+    let (_, channel) = s
+        .store
         .resolve_unknown(IntentRef::Id(id), resolution, reason, &operator)
         .await?;
+    s.metrics
+        .unknown_settled(channel.as_str(), "operator", resolution.as_str());
     tracing::warn!(intent_id = %id, resolved_as = resolution.as_str(), operator = %operator, "intent resolved through the admin API");
     Ok(Json(serde_json::json!({
         "intent_id": id,
         "resolved_as": resolution.as_str(),
         "operator": operator,
     })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuppressionQuery {
+    #[serde(default)]
+    all: bool,
+    limit: Option<i64>,
+}
+
+#[derive(Serialize)]
+struct SuppressionList {
+    suppressions: Vec<Suppression>,
+}
+
+async fn list_suppressions(
+    State(s): Shared,
+    Query(q): Query<SuppressionQuery>,
+) -> Result<Json<SuppressionList>, ApiError> {
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    Ok(Json(SuppressionList {
+        suppressions: s.store.suppressions(q.all, limit).await?,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LiftRequest {
+    channel: Channel,
+    /// The address (digested as ingest does; never stored) or the listed digest.
+    address: Option<String>,
+    digest: Option<String>,
+    reason: String,
+    operator: Option<String>,
+}
+
+async fn lift_suppression(
+    State(s): Shared,
+    headers: HeaderMap,
+    Json(req): Json<LiftRequest>,
+) -> Result<Json<Suppression>, ApiError> {
+    if !auth::authorised(&headers, s.token.as_deref()) {
+        return Err(unauthorised());
+    }
+    if req.reason.trim().is_empty() {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "reason is empty: say why, it is stored with the entry".into(),
+        ));
+    }
+    let destination = match (&req.address, &req.digest) {
+        (Some(a), None) => Destination::Address(a),
+        (None, Some(d)) => Destination::Digest(d),
+        _ => {
+            return Err(ApiError(
+                StatusCode::BAD_REQUEST,
+                "give exactly one of address and digest".into(),
+            ))
+        }
+    };
+    let operator = req.operator.unwrap_or_else(|| "admin-api".into());
+    match s
+        .store
+        .lift_suppression(req.channel, destination, &operator, &req.reason)
+        .await?
+    {
+        Some(lifted) => {
+            tracing::warn!(suppression = lifted.id, channel = %lifted.channel, operator = %operator,
+                           "suppression lifted through the admin API");
+            Ok(Json(lifted))
+        }
+        None => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no live suppression for that {} destination", req.channel),
+        )),
+    }
 }
 
 async fn read_dead_letters(s: &AdminState) -> Result<Vec<DeadLetterRecord>, ApiError> {

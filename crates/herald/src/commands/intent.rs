@@ -117,7 +117,7 @@ pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> 
                 ResolveAs::Retry => Resolution::Retry,
             };
             let store = Store::new(&config.store())?;
-            let id = store
+            let (id, _) = store
                 .resolve_unknown(IntentRef::Key(&key), resolution, reason.trim(), &operator)
                 .await?;
             println!(
@@ -279,6 +279,43 @@ async fn show(config: &Config, which: &[String], json: bool) -> anyhow::Result<(
                 opt(late.error_category.clone()),
             );
         }
+        for e in &a.provider_events {
+            let what = [&e.bounce_type, &e.bounce_subtype, &e.complaint_type, &e.detail]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" ");
+            println!(
+                "       provider event #{} {} at {} (matched by {}, {}){}",
+                e.id,
+                e.event_type,
+                e.occurred_at.to_rfc3339(),
+                opt(e.matched_by.clone()),
+                e.effect,
+                if what.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {what}")
+                }
+            );
+        }
+    }
+    println!("resolutions:");
+    if v.resolutions.is_empty() {
+        println!("  (none)");
+    }
+    for r in &v.resolutions {
+        println!(
+            "  {} by {} ({}) at {}{}: {}",
+            r.resolved_as,
+            r.settled_by,
+            r.operator,
+            r.resolved_at.to_rfc3339(),
+            r.provider_event_id
+                .map_or(String::new(), |id| format!(" from provider event #{id}")),
+            r.reason
+        );
     }
     println!("conflicts:");
     if v.conflicts.is_empty() {

@@ -6,5 +6,6 @@ pub mod lag;
 pub mod migrate;
 pub mod retention;
 pub mod run;
+pub mod suppression;
 pub mod template;
 pub mod topics;

@@ -136,6 +136,11 @@ fn print_text(report: &PassReport, created: &[String], dry_run: bool) {
         r.default_attempts
     );
     println!("payload bodies {}: {}", verb("purged"), r.payload_bodies);
+    println!(
+        "provider events and rejected queue messages {}: {}",
+        verb("deleted"),
+        r.provider_events
+    );
     let i = &r.intents;
     println!(
         "intents {}: {} (conflicts {}, resolutions {}, profile holds {}, outbox rows {}, attempts {}, payloads {})",

@@ -14,7 +14,8 @@ use crate::shutdown::Shutdown;
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// Comma-separated roles to run in this process: ingest, relay, deliver.
+    /// Comma-separated roles to run in this process: ingest, relay, deliver, reconcile
+    /// (reads the provider's events; needs reconcile.queue_url).
     #[arg(long, value_delimiter = ',', default_value = "ingest,relay,deliver")]
     roles: Vec<String>,
 }
@@ -24,6 +25,7 @@ enum Role {
     Ingest,
     Relay,
     Deliver,
+    Reconcile,
 }
 
 impl Role {
@@ -32,6 +34,7 @@ impl Role {
             Role::Ingest => "ingest",
             Role::Relay => "relay",
             Role::Deliver => "deliver",
+            Role::Reconcile => "reconcile",
         }
     }
 }
@@ -43,7 +46,8 @@ fn parse_roles(names: &[String]) -> anyhow::Result<Vec<Role>> {
             "ingest" => Role::Ingest,
             "relay" => Role::Relay,
             "deliver" => Role::Deliver,
-            other => bail!("unknown role {other:?}; available roles: ingest, relay, deliver"),
+            "reconcile" => Role::Reconcile,
+            other => bail!("unknown role {other:?}; available roles: ingest, relay, deliver, reconcile"),
         };
         if !roles.contains(&role) {
             roles.push(role);
@@ -59,6 +63,9 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
     let roles = parse_roles(&args.roles)?;
     if roles.contains(&Role::Ingest) && config.routes.is_empty() {
         tracing::warn!("no routes configured: every order event will be skipped");
+    }
+    if roles.contains(&Role::Reconcile) && config.reconcile.queue_url.is_none() {
+        bail!("the reconcile role needs reconcile.queue_url (the SQS queue of the SES configuration set's events)");
     }
     let config = Arc::new(config);
     let store = Store::new(&config.store())?;
@@ -109,6 +116,7 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
             kafka: config.kafka_settings(),
             dead_letter_topic: config.topic(&config.kafka.topics.dead_letter),
             ingest_topics: config.ingest_topics(),
+            metrics: obs.metrics.clone(),
         });
         // Bound before the roles start, so that a port clash fails start-up. It stops
         // serving when shutdown is requested: a draining process is no longer ready.
@@ -133,6 +141,7 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
                 Role::Ingest => crate::ingest::run(config, store, shutdown, obs).await,
                 Role::Relay => crate::relay::run(config, store, shutdown, obs).await,
                 Role::Deliver => crate::deliver::run(config, store, shutdown, obs).await,
+                Role::Reconcile => crate::reconcile::run(config, store, shutdown, obs).await,
             };
             (role, result)
         };

@@ -214,5 +214,42 @@ async fn sweep_loop(ctx: Arc<DeliveryContext>) {
             ),
             Err(e) => warn!(error = %e, "lease sweep failed"),
         }
+        settle_silent(&ctx).await;
+    }
+}
+
+/// `unknown` intents whose wait for the provider's evidence ran out: evidence stored
+/// meanwhile settles them, else the channel's `on_unknown` policy (recorded as decided by
+/// silence).
+async fn settle_silent(ctx: &DeliveryContext) {
+    use herald_core::retry::NextState;
+    use herald_store::evidence::Silence;
+    match ctx.store.settle_silent(&ctx.policies, 500).await {
+        Ok(decided) => {
+            for d in decided {
+                match d {
+                    Silence::Evidence(intent_id, channel, verdict) => {
+                        ctx.obs
+                            .metrics
+                            .unknown_settled(channel.as_str(), "evidence", verdict.as_str());
+                        info!(%intent_id, state = verdict.as_str(),
+                              "unknown settled by a provider event that came before the outcome was recorded");
+                    }
+                    Silence::Policy(intent_id, channel, next) => {
+                        let decided = if matches!(next, NextState::RetryAfter(_)) {
+                            "retry"
+                        } else {
+                            "hold"
+                        };
+                        ctx.obs
+                            .metrics
+                            .unknown_settled(channel.as_str(), "silence", decided);
+                        warn!(%intent_id, channel = channel.as_str(), decided,
+                              "no provider event within the silence window: on_unknown decided");
+                    }
+                }
+            }
+        }
+        Err(e) => warn!(error = %e, "silence sweep failed"),
     }
 }

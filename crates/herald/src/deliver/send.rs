@@ -7,8 +7,7 @@
 use std::time::{Duration, Instant};
 
 use herald_channels::{
-    AwsSettings, EmailMessage, ErrorCategory, Outcome, RateLimiter, Reservation, SesSender, SmsMessage,
-    SnsSender, StaticCredentials,
+    EmailMessage, ErrorCategory, Outcome, RateLimiter, Reservation, SesSender, SmsMessage, SnsSender,
 };
 use herald_core::retry::jitter;
 use herald_core::{AttemptOutcome, Channel, NotSentReason};
@@ -53,20 +52,7 @@ impl Senders {
     }
 
     pub async fn new(config: &Config) -> Self {
-        let a = &config.aws;
-        let settings = AwsSettings {
-            region: a.region.clone(),
-            endpoint_url: a.endpoint_url.clone(),
-            connect_timeout: Duration::from_millis(a.connect_timeout_ms),
-            attempt_timeout: Duration::from_millis(a.attempt_timeout_ms),
-            static_credentials: match (&a.access_key_id, &a.secret_access_key) {
-                (Some(id), Some(secret)) => Some(StaticCredentials {
-                    access_key_id: id.clone(),
-                    secret_access_key: secret.clone(),
-                }),
-                _ => None,
-            },
-        };
+        let settings = config.aws_settings();
         Self {
             email: SesSender::new(&settings).await,
             sms: SnsSender::new(&settings).await,

@@ -152,6 +152,7 @@ mod tests {
             email_opt_in: true,
             sms_opt_in: false,
             version: 7,
+            suppressed: Default::default(),
         };
         let profiles = HashMap::from([(("acme".to_owned(), "s1".to_owned()), profile)]);
         let (releases, failed) = render(

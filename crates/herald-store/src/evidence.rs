@@ -1,0 +1,488 @@
+//! The provider's own evidence: events stored against the attempt they concern, `unknown`
+//! intents settled by them (or, after the silence window, by the channel's policy), and
+//! the suppression list that bounces and complaints feed.
+//!
+//! Rules every statement here keeps:
+//! - evidence is append-only: an attempt recorded `unknown` stays `unknown`; the event is
+//!   stored beside it and the intent's resolution names the event;
+//! - only an intent in state `unknown`, not leased, is settled: an operator's resolution,
+//!   a late outcome or a newer attempt came first and wins;
+//! - `accepted` from any attempt of the intent settles it (the provider had one of its
+//!   messages); `rejected` only from its newest attempt (an older refusal says nothing of
+//!   the newer send);
+//! - duplicates converge on `event_key`: a duplicate has no effect at all.
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::GenericClient;
+use herald_core::consent::SuppressionReason;
+use herald_core::retry::{jitter, NextState};
+use herald_core::state::Verdict;
+use herald_core::Channel;
+use uuid::Uuid;
+
+use crate::delivery::ChannelPolicies;
+use crate::{Result, Store, StoreError};
+
+/// One provider event, decoded, ready to store. Carries no address: `suppress` names
+/// destinations by digest.
+#[derive(Debug, Clone)]
+pub struct ProviderEvent {
+    /// Converges duplicates.
+    pub key: String,
+    pub channel: Channel,
+    pub event_type: String,
+    pub provider_message_id: String,
+    pub occurred_at: DateTime<Utc>,
+    /// Herald's tags, as the event carried them: the intent id and the attempt number (any
+    /// text: matched only if they name an attempt of this ledger).
+    pub intent_tag: Option<String>,
+    pub attempt_tag: Option<String>,
+    pub verdict: Option<Verdict>,
+    pub bounce_type: Option<String>,
+    pub bounce_subtype: Option<String>,
+    pub complaint_type: Option<String>,
+    pub detail: Option<String>,
+    /// A permanent bounce or a complaint, and the addresses it concerns: PostgreSQL
+    /// stores their digests (`herald_destination_digest`), never the addresses.
+    pub suppress: Option<(SuppressionReason, Vec<String>)>,
+}
+
+/// How an event was matched to an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatchedBy {
+    Tags,
+    MessageId,
+}
+
+impl MatchedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatchedBy::Tags => "tags",
+            MatchedBy::MessageId => "message_id",
+        }
+    }
+}
+
+/// What storing one event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Seen before (same `event_key`): nothing written.
+    Duplicate,
+    Stored {
+        id: i64,
+        matched: Option<MatchedBy>,
+        /// The intent it settled from `unknown`, and to what.
+        settled: Option<(Uuid, Verdict)>,
+        /// Destinations newly added to the suppression list.
+        suppressed: u64,
+    },
+}
+
+/// An `unknown` intent whose silence window passed, and what was decided.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Silence {
+    /// Evidence had arrived before the attempt was recorded `unknown` (out of order): it
+    /// settled the intent now.
+    Evidence(Uuid, Channel, Verdict),
+    /// No evidence: the channel's `on_unknown` decision.
+    Policy(Uuid, Channel, NextState),
+}
+
+/// One live or lifted entry of the suppression list.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Suppression {
+    pub id: i64,
+    pub channel: String,
+    pub destination_digest: String,
+    pub reason: String,
+    pub provider_event_id: Option<i64>,
+    pub event_type: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub lifted_at: Option<DateTime<Utc>>,
+    pub lifted_by: Option<String>,
+    pub lift_reason: Option<String>,
+}
+
+/// A destination on the suppression list: the address (digested by PostgreSQL, never
+/// stored) or the digest `suppression list` shows.
+#[derive(Debug, Clone, Copy)]
+pub enum Destination<'a> {
+    Address(&'a str),
+    Digest(&'a str),
+}
+
+/// Who the ledger names for decisions the `reconcile` role and the silence sweep take.
+pub const RECONCILER: &str = "herald reconcile";
+
+impl Store {
+    /// Stores provider events, in order, in one transaction: each is matched to its
+    /// attempt, settles its intent if it is `unknown`, and adds suppressions.
+    ///
+    /// Failure policy: the caller deletes the queue messages only after this commits. A
+    /// crash before the commit leaves nothing: the messages come back after their
+    /// visibility timeout and are stored then. A crash after it, before the delete: they
+    /// come back and converge on `event_key` as duplicates.
+    pub async fn apply_provider_events(&self, events: &[ProviderEvent]) -> Result<Vec<Applied>> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        let mut applied = Vec::with_capacity(events.len());
+        for event in events {
+            applied.push(apply(&tx, event).await?);
+        }
+        tx.commit().await?;
+        Ok(applied)
+    }
+
+    /// Keeps a queue message that is not a provider event, with its reason. Returns false
+    /// if it was kept before (a redelivery after a crash before its delete).
+    pub async fn reject_provider_message(
+        &self,
+        source: &str,
+        message_id: &str,
+        reason: &str,
+        body: &str,
+    ) -> Result<bool> {
+        let conn = self.conn().await?;
+        let prefix = clean(prefix(body, 16 * 1024));
+        let size = i32::try_from(body.len()).unwrap_or(i32::MAX);
+        let n = conn
+            .execute(
+                "INSERT INTO provider_event_rejects (source, message_id, reason, body_prefix, body_size)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (source, message_id) DO NOTHING",
+                &[&source, &clean(message_id), &clean(reason), &prefix, &size],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Decides up to `limit` `unknown` intents whose silence window has passed: evidence
+    /// stored meanwhile settles them; otherwise the channel's `on_unknown` policy does
+    /// (`hold`: stays `unknown` for an operator; `retry`: sent again), and the resolution
+    /// records that no evidence came.
+    ///
+    /// Failure policy: one transaction; intents a record, a resolve or another sweeper
+    /// holds are skipped and come back next pass. A crash before the commit changes
+    /// nothing; after it, the decided intents no longer match (`next_attempt_at` cleared).
+    pub async fn settle_silent(&self, policies: &ChannelPolicies, limit: i64) -> Result<Vec<Silence>> {
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await?;
+        // notification_intents_awaiting_evidence_idx
+        let due = tx.prepare_cached(SILENT_DUE).await?;
+        let rows = tx.query(&due, &[&limit]).await?;
+        let mut decided = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let intent_id: Uuid = r.get(0);
+            let channel = crate::intent_channel(r.get(1))?;
+            let tries: i32 = r.get(2);
+            let attempt_no: i32 = r.get(3);
+            let waited: f64 = r.get(4);
+            // Evidence that arrived before the attempt was recorded `unknown`.
+            let stored = tx.prepare_cached(STORED_VERDICT).await?;
+            if let Some(e) = tx.query_opt(&stored, &[&intent_id, &attempt_no]).await? {
+                let (event_id, attempt_id, verdict): (i64, Uuid, String) = (e.get(0), e.get(1), e.get(2));
+                let verdict = Verdict::parse(&verdict).ok_or_else(|| {
+                    StoreError::Corrupt(format!("provider event {event_id}: verdict {verdict:?}"))
+                })?;
+                if settle(&tx, intent_id, attempt_id, event_id, verdict).await? {
+                    decided.push(Silence::Evidence(intent_id, channel, verdict));
+                }
+                continue;
+            }
+            let policy = policies
+                .get(&channel)
+                .ok_or_else(|| StoreError::Corrupt(format!("no retry policy for channel {channel}")))?;
+            let next = policy.after_silence(tries.max(0) as u32, jitter());
+            let (resolved_as, delay) = match next {
+                NextState::RetryAfter(d) => ("retry", Some(d.as_secs_f64())),
+                _ => ("hold", None),
+            };
+            let reason = format!(
+                "no provider event within {} s of the attempt: the channel's on_unknown policy ({resolved_as}) decided",
+                waited.round() as i64
+            );
+            let statement = tx.prepare_cached(SILENCE_DECIDED).await?;
+            tx.execute(
+                &statement,
+                &[&intent_id, &delay, &resolved_as, &reason, &RECONCILER],
+            )
+            .await?;
+            decided.push(Silence::Policy(intent_id, channel, next));
+        }
+        tx.commit().await?;
+        Ok(decided)
+    }
+
+    /// The suppression list: live entries only unless `all`, newest first.
+    pub async fn suppressions(&self, all: bool, limit: i64) -> Result<Vec<Suppression>> {
+        let conn = self.conn().await?;
+        let rows = conn
+            .query(
+                "SELECT s.id, s.channel, s.destination_digest, s.reason, s.provider_event_id, e.event_type,
+                        s.created_at, s.lifted_at, s.lifted_by, s.lift_reason
+                   FROM suppressions s LEFT JOIN provider_events e ON e.id = s.provider_event_id
+                  WHERE $1 OR s.lifted_at IS NULL
+                  ORDER BY s.id DESC
+                  LIMIT $2",
+                &[&all, &limit],
+            )
+            .await?;
+        Ok(rows.iter().map(suppression).collect())
+    }
+
+    /// Lifts the live entry of a destination, named by its address or its digest: later
+    /// intents to it are sent again. `None`: no live entry.
+    pub async fn lift_suppression(
+        &self,
+        channel: Channel,
+        destination: Destination<'_>,
+        operator: &str,
+        reason: &str,
+    ) -> Result<Option<Suppression>> {
+        if reason.trim().is_empty() {
+            return Err(StoreError::InvalidState(
+                "a suppression is lifted with a reason".into(),
+            ));
+        }
+        let (value, is_address) = match destination {
+            Destination::Address(a) => (a, true),
+            Destination::Digest(d) => (d, false),
+        };
+        let conn = self.conn().await?;
+        // suppressions_live
+        let row = conn
+            .query_opt(
+                "UPDATE suppressions s SET lifted_at = now(), lifted_by = $4, lift_reason = $5
+                  WHERE s.channel = $1 AND s.lifted_at IS NULL
+                    AND s.destination_digest = CASE WHEN $3 THEN herald_destination_digest($1, $2) ELSE $2 END
+                 RETURNING s.id, s.channel, s.destination_digest, s.reason, s.provider_event_id,
+                           (SELECT event_type FROM provider_events e WHERE e.id = s.provider_event_id),
+                           s.created_at, s.lifted_at, s.lifted_by, s.lift_reason",
+                &[&channel.as_str(), &value, &is_address, &operator, &reason.trim()],
+            )
+            .await?;
+        Ok(row.as_ref().map(suppression))
+    }
+}
+
+fn suppression(r: &tokio_postgres::Row) -> Suppression {
+    Suppression {
+        id: r.get(0),
+        channel: r.get(1),
+        destination_digest: r.get(2),
+        reason: r.get(3),
+        provider_event_id: r.get(4),
+        event_type: r.get(5),
+        created_at: r.get(6),
+        lifted_at: r.get(7),
+        lifted_by: r.get(8),
+        lift_reason: r.get(9),
+    }
+}
+
+/// Stores one event and applies its effects, inside the caller's transaction.
+async fn apply(tx: &impl GenericClient, e: &ProviderEvent) -> Result<Applied> {
+    let matched = match_attempt(tx, e).await?;
+    let (intent_id, attempt_id, matched_by, attempt_no) = match matched {
+        Some((intent, attempt, by, no)) => (Some(intent), Some(attempt), Some(by.as_str()), Some(no)),
+        None => (None, None, None, None),
+    };
+    let insert = tx.prepare_cached(INSERT_EVENT).await?;
+    let Some(row) = tx
+        .query_opt(
+            &insert,
+            &[
+                &e.key,
+                &e.channel.as_str(),
+                &clean(&e.event_type),
+                &clean(&e.provider_message_id),
+                &e.occurred_at,
+                &e.verdict.map(Verdict::as_str),
+                &intent_id,
+                &attempt_id,
+                &matched_by,
+                &e.bounce_type.as_deref().map(clean),
+                &e.bounce_subtype.as_deref().map(clean),
+                &e.complaint_type.as_deref().map(clean),
+                &e.detail.as_deref().map(clean),
+            ],
+        )
+        .await?
+    else {
+        return Ok(Applied::Duplicate);
+    };
+    let id: i64 = row.get(0);
+    let mut settled = None;
+    if let (Some(intent), Some(attempt), Some(no), Some(verdict)) =
+        (intent_id, attempt_id, attempt_no, e.verdict)
+    {
+        // `rejected` speaks only for the newest attempt; `accepted` for any.
+        let newest = tx
+            .query_one(
+                "SELECT attempt_count = $2 FROM notification_intents WHERE id = $1",
+                &[&intent, &no],
+            )
+            .await?
+            .get::<_, bool>(0);
+        if (verdict == Verdict::Accepted || newest) && settle(tx, intent, attempt, id, verdict).await? {
+            settled = Some((intent, verdict));
+        }
+    }
+    let mut suppressed = 0;
+    if let Some((reason, addresses)) = &e.suppress {
+        let statement = tx.prepare_cached(SUPPRESS).await?;
+        for address in addresses {
+            suppressed += tx
+                .execute(&statement, &[&e.channel.as_str(), address, &reason.as_str(), &id])
+                .await?;
+        }
+    }
+    let effect = match (settled.is_some(), suppressed > 0) {
+        (false, false) => None,
+        (true, false) => Some("settled"),
+        (false, true) => Some("suppressed"),
+        (true, true) => Some("settled_suppressed"),
+    };
+    if let Some(effect) = effect {
+        tx.execute(
+            "UPDATE provider_events SET effect = $2 WHERE id = $1",
+            &[&id, &effect],
+        )
+        .await?;
+    }
+    Ok(Applied::Stored {
+        id,
+        matched: matched.map(|m| m.2),
+        settled,
+        suppressed,
+    })
+}
+
+/// The attempt an event concerns: by Herald's tags (`herald_intent`: the intent id,
+/// `herald_attempt`: the attempt number), else by the message id SendEmail returned.
+async fn match_attempt(
+    tx: &impl GenericClient,
+    e: &ProviderEvent,
+) -> Result<Option<(Uuid, Uuid, MatchedBy, i32)>> {
+    let intent = e.intent_tag.as_deref().and_then(|t| Uuid::parse_str(t).ok());
+    let attempt_no = e.attempt_tag.as_deref().and_then(|t| t.parse::<i32>().ok());
+    if let (Some(intent), Some(attempt_no)) = (intent, attempt_no) {
+        // notification_attempts_intent_idx
+        let statement = tx.prepare_cached(ATTEMPT_BY_TAGS).await?;
+        if let Some(r) = tx.query_opt(&statement, &[&intent, &attempt_no]).await? {
+            return Ok(Some((intent, r.get(0), MatchedBy::Tags, attempt_no)));
+        }
+    }
+    if e.provider_message_id.is_empty() {
+        return Ok(None);
+    }
+    // notification_attempts_provider_message_idx
+    let statement = tx.prepare_cached(ATTEMPT_BY_MESSAGE_ID).await?;
+    Ok(tx
+        .query_opt(&statement, &[&e.provider_message_id])
+        .await?
+        .map(|r| (r.get(0), r.get(1), MatchedBy::MessageId, r.get(2))))
+}
+
+/// Settles an `unknown`, unleased intent from an event (which the resolution names).
+/// Returns false if the intent was not `unknown` any more (a resolution came first).
+async fn settle(
+    tx: &impl GenericClient,
+    intent: Uuid,
+    attempt: Uuid,
+    event_id: i64,
+    verdict: Verdict,
+) -> Result<bool> {
+    let statement = tx.prepare_cached(SETTLE).await?;
+    let n = tx
+        .execute(
+            &statement,
+            &[&intent, &verdict.as_str(), &attempt, &event_id, &RECONCILER],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+const ATTEMPT_BY_TAGS: &str =
+    "SELECT id FROM notification_attempts WHERE intent_id = $1 AND attempt_no = $2 LIMIT 1";
+
+const ATTEMPT_BY_MESSAGE_ID: &str = "SELECT intent_id, id, attempt_no FROM notification_attempts
+     WHERE provider_message_id = $1 AND provider_message_id IS NOT NULL
+     ORDER BY started_at DESC LIMIT 1";
+
+/// provider_events_key: a duplicate inserts nothing and returns no row.
+const INSERT_EVENT: &str = "INSERT INTO provider_events
+        (event_key, channel, event_type, provider_message_id, occurred_at, verdict,
+         intent_id, attempt_id, matched_by, bounce_type, bounce_subtype, complaint_type, detail)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+     ON CONFLICT (event_key) DO NOTHING
+     RETURNING id";
+
+/// Moves the intent (notification_intents_pkey, locked) only while it is `unknown` and no
+/// worker holds it, and records the resolution naming the event, in one statement.
+const SETTLE: &str = "WITH moved AS (
+        UPDATE notification_intents
+           SET state = $2, next_attempt_at = NULL, updated_at = now()
+         WHERE id = $1 AND state = 'unknown' AND lease_attempt_id IS NULL
+        RETURNING id
+     )
+     INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator, settled_by, attempt_id, provider_event_id)
+     SELECT id, $2, 'the provider''s event settled the unknown attempt', $5, 'evidence', $3, $4 FROM moved";
+
+/// `unknown` intents whose silence window has passed (notification_intents_awaiting_evidence_idx),
+/// with the attempts that count against max_attempts, the newest attempt and how long it
+/// waited. Intents another transaction holds are skipped.
+const SILENT_DUE: &str = "SELECT id, channel, attempt_count - unsent_attempts, attempt_count,
+            extract(epoch FROM now() - updated_at)::float8
+       FROM notification_intents
+      WHERE state = 'unknown' AND next_attempt_at IS NOT NULL AND next_attempt_at <= now()
+        AND lease_attempt_id IS NULL
+      ORDER BY next_attempt_at
+      LIMIT $1
+      FOR UPDATE SKIP LOCKED";
+
+/// Evidence already stored for the intent (provider_events_intent_idx): an acceptance of
+/// any attempt, else a refusal of the newest.
+const STORED_VERDICT: &str = "SELECT e.id, e.attempt_id, e.verdict FROM provider_events e
+       JOIN notification_attempts a ON a.id = e.attempt_id
+      WHERE e.intent_id = $1 AND e.attempt_id IS NOT NULL
+        AND (e.verdict = 'accepted' OR (e.verdict = 'rejected' AND a.attempt_no = $2))
+      ORDER BY e.verdict = 'accepted' DESC, e.id
+      LIMIT 1";
+
+/// The policy's decision after silence (`$2`: a retry's delay, NULL: hold), recorded with
+/// the resolution. A retry gets its outbox row.
+const SILENCE_DECIDED: &str = "WITH moved AS (
+        UPDATE notification_intents i
+           SET state = CASE WHEN $2::float8 IS NULL THEN 'unknown' ELSE 'retry_scheduled' END,
+               next_attempt_at = CASE WHEN $2::float8 IS NULL THEN NULL
+                                      ELSE now() + make_interval(secs => $2::float8) END,
+               updated_at = now()
+         WHERE i.id = $1 AND i.state = 'unknown'
+        RETURNING i.id, i.trace_context
+     ), resolved AS (
+        INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator, settled_by, attempt_id)
+        SELECT m.id, $3, $4, $5, 'silence',
+               (SELECT a.id FROM notification_attempts a WHERE a.intent_id = m.id ORDER BY a.attempt_no DESC LIMIT 1)
+          FROM moved m
+     )
+     INSERT INTO outbox (intent_id, available_at, trace_context)
+     SELECT id, now() + make_interval(secs => $2::float8), trace_context FROM moved WHERE $2::float8 IS NOT NULL";
+
+/// suppressions_live: a destination already suppressed keeps its first entry.
+const SUPPRESS: &str = "INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id)
+     VALUES ($1, herald_destination_digest($1, $2), $3, $4)
+     ON CONFLICT (channel, destination_digest) WHERE lifted_at IS NULL DO NOTHING";
+
+/// Text from outside (queue bodies, provider fields): PostgreSQL refuses U+0000 in text.
+fn clean(s: &str) -> String {
+    s.replace('\0', "\u{fffd}")
+}
+
+fn prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}

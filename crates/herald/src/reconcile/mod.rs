@@ -1,0 +1,332 @@
+//! The reconcile role: reads the provider's events (SES event publishing: configuration
+//! set -> SNS topic -> SQS queue) and stores them as evidence against the attempts they
+//! concern; an event settles an `unknown` attempt's intent, a permanent bounce or a
+//! complaint puts the destination on the suppression list.
+//!
+//! ```text
+//! receive (long poll, batch) ─decode─> events | ignored | malformed
+//!   events ──store (one transaction)──> delete
+//!   malformed ──kept with the reason──> delete
+//! ```
+//!
+//! The same at-least-once discipline as the Kafka side: a message is deleted only once its
+//! effect is committed in PostgreSQL. A crash in between brings it back after its
+//! visibility timeout; a stored event converges on its key, a kept reject on its message
+//! id. Several reconcilers may read one queue: SQS hands each message to one at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_channels::evidence::{decode_queue_body, QueueBody, SesEvent, SesEventType};
+use herald_channels::queue::{QueueMessage, QueueReader, QueueSettings};
+use herald_core::Channel;
+use herald_store::evidence::{Applied, ProviderEvent};
+use herald_store::Store;
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::obs::Obs;
+use crate::retrying::{class_of, run_with_retries, GaveUp, Schedule, Stage};
+use crate::shutdown::Shutdown;
+
+/// The `source` of rejects kept from the SES event queue.
+const SOURCE: &str = "ses_events";
+
+pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
+    let rc = &config.reconcile;
+    let Some(queue_url) = rc.queue_url.clone() else {
+        anyhow::bail!(
+            "the reconcile role needs reconcile.queue_url: the SQS queue subscribed to the SES configuration \
+             set's event topic (README, \"Provider evidence\")"
+        );
+    };
+    let reader = QueueReader::new(
+        &config.aws_settings(),
+        QueueSettings {
+            queue_url,
+            wait: Duration::from_secs(rc.wait_secs),
+            visibility_timeout: Duration::from_secs(rc.visibility_timeout_secs),
+            max_messages: rc.batch as usize,
+        },
+    )
+    .await;
+    let event_types: Vec<&'static str> = SesEventType::ALL.iter().map(|t| t.as_str()).collect();
+    obs.metrics.init_reconcile(&event_types);
+    let schedule = Schedule::new(Duration::from_millis(200), Duration::from_secs(30));
+    let stage = Stage {
+        name: "reconcile",
+        metrics: &obs.metrics,
+    };
+    // Also the start-up check that the queue exists and may be read; retried like any
+    // receive (the queue may be created after Herald starts).
+    match run_with_retries(
+        stage,
+        || reader.depth(),
+        |_| herald_core::ErrorClass::Transient("sqs"),
+        schedule,
+        Some(&mut shutdown),
+    )
+    .await
+    {
+        Ok(depth) => info!(
+            queue = reader.queue_url(),
+            depth, "reconcile reading provider events"
+        ),
+        Err(_) => return Ok(()),
+    }
+    let mut totals = Totals::default();
+    loop {
+        if shutdown.is_requested() {
+            break;
+        }
+        // A long poll; shutdown does not wait for it (nothing received is lost: a message
+        // not deleted comes back after its visibility timeout).
+        let received = tokio::select! {
+            _ = shutdown.requested() => break,
+            r = run_with_retries(stage, || reader.receive(), |_| herald_core::ErrorClass::Transient("sqs"),
+                                 schedule, None) => r,
+        };
+        let messages = match received {
+            Ok(m) => m,
+            Err(_) => continue,
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        match handle(&reader, &store, &obs, &messages, &mut shutdown).await {
+            Ok(t) => totals.add(t),
+            Err(Stopped) => break,
+        }
+    }
+    info!(
+        events = totals.events,
+        duplicates = totals.duplicates,
+        settled = totals.settled,
+        suppressed = totals.suppressed,
+        rejected = totals.rejected,
+        "reconcile stopped"
+    );
+    Ok(())
+}
+
+#[derive(Default, Clone, Copy)]
+struct Totals {
+    events: u64,
+    duplicates: u64,
+    settled: u64,
+    suppressed: u64,
+    rejected: u64,
+}
+
+impl Totals {
+    fn add(&mut self, t: Totals) {
+        self.events += t.events;
+        self.duplicates += t.duplicates;
+        self.settled += t.settled;
+        self.suppressed += t.suppressed;
+        self.rejected += t.rejected;
+    }
+}
+
+/// Shutdown was requested while a store was being retried: nothing was deleted.
+struct Stopped;
+
+/// Decodes, stores and deletes one received batch.
+async fn handle(
+    reader: &QueueReader,
+    store: &Store,
+    obs: &Obs,
+    messages: &[QueueMessage],
+    shutdown: &mut Shutdown,
+) -> Result<Totals, Stopped> {
+    let mut totals = Totals::default();
+    let mut events: Vec<(&QueueMessage, SesEvent)> = Vec::new();
+    let mut done: Vec<&QueueMessage> = Vec::new();
+    for m in messages {
+        match decode_queue_body(&m.body) {
+            Ok(QueueBody::Event(e)) => events.push((m, *e)),
+            Ok(QueueBody::Ignored(what)) => {
+                debug!(message_id = %m.message_id, what, "queue message ignored");
+                obs.metrics.provider_message("ignored");
+                done.push(m);
+            }
+            Err(why) => {
+                if keep_reject(store, obs, m, &why.0, shutdown).await? {
+                    totals.rejected += 1;
+                }
+                done.push(m);
+            }
+        }
+    }
+    if !events.is_empty() {
+        let rows: Vec<ProviderEvent> = events.iter().map(|(_, e)| provider_event(e)).collect();
+        // One transaction for the batch. A permanent failure (PostgreSQL refused an
+        // event's data) is narrowed down to the event, which is kept as a reject: one bad
+        // message never blocks the queue, and a healthy one is never dropped with it.
+        let applied = match store_events(store, obs, &rows, shutdown).await? {
+            Some(applied) => applied.into_iter().map(Some).collect::<Vec<_>>(),
+            None => {
+                let mut one_by_one = Vec::with_capacity(rows.len());
+                for ((m, _), row) in events.iter().zip(&rows) {
+                    match store_events(store, obs, std::slice::from_ref(row), shutdown).await? {
+                        Some(mut a) => one_by_one.push(a.pop()),
+                        None => {
+                            let why = "PostgreSQL refused the event's data (see the log)";
+                            if keep_reject(store, obs, m, why, shutdown).await? {
+                                totals.rejected += 1;
+                            }
+                            one_by_one.push(None);
+                        }
+                    }
+                }
+                one_by_one
+            }
+        };
+        for (((m, e), row), applied) in events.iter().zip(&rows).zip(applied) {
+            done.push(m);
+            let Some(applied) = applied else { continue };
+            obs.metrics.provider_message("event");
+            let t = e.event_type.as_str();
+            match applied {
+                Applied::Duplicate => {
+                    totals.duplicates += 1;
+                    obs.metrics.provider_event(t, "duplicate");
+                    debug!(event = t, message_id = %e.message_id, "duplicate provider event: no effect");
+                }
+                Applied::Stored {
+                    id,
+                    matched,
+                    settled,
+                    suppressed,
+                } => {
+                    totals.events += 1;
+                    obs.metrics
+                        .provider_event(t, if matched.is_some() { "matched" } else { "unmatched" });
+                    if let Some((intent_id, verdict)) = settled {
+                        totals.settled += 1;
+                        obs.metrics
+                            .unknown_settled(row.channel.as_str(), "evidence", verdict.as_str());
+                        info!(%intent_id, event = t, provider_event_id = id, state = verdict.as_str(),
+                              "unknown settled by the provider's event");
+                    }
+                    if suppressed > 0 {
+                        totals.suppressed += suppressed;
+                        info!(
+                            event = t,
+                            provider_event_id = id,
+                            destinations = suppressed,
+                            reason = row.suppress.as_ref().map_or("-", |s| s.0.as_str()),
+                            "destination added to the suppression list"
+                        );
+                    }
+                    if matched.is_none() {
+                        debug!(event = t, message_id = %e.message_id, provider_event_id = id,
+                               "provider event for no attempt of this ledger: stored");
+                    }
+                }
+            }
+        }
+    }
+    // Committed: now the messages may go. A crash here brings them back; they converge.
+    match reader.delete(&done).await {
+        Ok(failed) => {
+            for (id, why) in failed {
+                warn!(message_id = %id, reason = %why, "queue message not deleted: it comes back and converges");
+            }
+        }
+        Err(e) => warn!(error = %e, "queue delete failed: the messages come back and converge"),
+    }
+    Ok(totals)
+}
+
+/// Stores events in one transaction, retrying transient failures. `None`: PostgreSQL
+/// refused them (a permanent class).
+async fn store_events(
+    store: &Store,
+    obs: &Obs,
+    rows: &[ProviderEvent],
+    shutdown: &mut Shutdown,
+) -> Result<Option<Vec<Applied>>, Stopped> {
+    let stage = Stage {
+        name: "reconcile",
+        metrics: &obs.metrics,
+    };
+    let schedule = Schedule::new(Duration::from_millis(100), Duration::from_secs(30));
+    match run_with_retries(
+        stage,
+        || async {
+            store
+                .apply_provider_events(rows)
+                .await
+                .map_err(anyhow::Error::new)
+        },
+        class_of,
+        schedule,
+        Some(shutdown),
+    )
+    .await
+    {
+        Ok(applied) => Ok(Some(applied)),
+        Err(GaveUp::Permanent(e, _)) => {
+            warn!(events = rows.len(), error = %format!("{e:#}"), "provider events refused by PostgreSQL");
+            Ok(None)
+        }
+        Err(GaveUp::Shutdown) => Err(Stopped),
+    }
+}
+
+/// Keeps a message that is not a provider event, with its reason, so that it can be
+/// deleted. Returns whether it was new (not a redelivery).
+async fn keep_reject(
+    store: &Store,
+    obs: &Obs,
+    m: &QueueMessage,
+    why: &str,
+    shutdown: &mut Shutdown,
+) -> Result<bool, Stopped> {
+    warn!(message_id = %m.message_id, reason = why, receive_count = m.receive_count,
+          "queue message is not a provider event: kept with its reason, deleted from the queue");
+    let stage = Stage {
+        name: "reconcile",
+        metrics: &obs.metrics,
+    };
+    let schedule = Schedule::new(Duration::from_millis(100), Duration::from_secs(30));
+    // Herald's own row, cleaned of what PostgreSQL refuses: every failure is retried.
+    let kept = run_with_retries(
+        stage,
+        || async {
+            store
+                .reject_provider_message(SOURCE, &m.message_id, why, &m.body)
+                .await
+                .map_err(anyhow::Error::new)
+        },
+        crate::retrying::always(class_of),
+        schedule,
+        Some(shutdown),
+    )
+    .await
+    .map_err(|_| Stopped)?;
+    obs.metrics.provider_message("rejected");
+    Ok(kept)
+}
+
+/// The row to store for an SES event. The addresses of a permanent bounce or a complaint
+/// go to PostgreSQL only to be digested for the suppression list.
+fn provider_event(e: &SesEvent) -> ProviderEvent {
+    let channel = Channel::Email;
+    ProviderEvent {
+        key: e.key.clone(),
+        channel,
+        event_type: e.event_type.as_str().to_owned(),
+        provider_message_id: e.message_id.clone(),
+        occurred_at: e.occurred_at,
+        intent_tag: e.intent_tag.clone(),
+        attempt_tag: e.attempt_tag.clone(),
+        verdict: e.event_type.verdict(),
+        bounce_type: e.bounce_type.clone(),
+        bounce_subtype: e.bounce_subtype.clone(),
+        complaint_type: e.complaint_type.clone(),
+        detail: e.detail.clone(),
+        suppress: e.suppress.map(|reason| (reason, e.recipients.clone())),
+    }
+}

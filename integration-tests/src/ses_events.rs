@@ -1,0 +1,220 @@
+//! The provider-evidence path of the real setup, on moto: an SQS queue subscribed to two
+//! SNS topics (one with raw message delivery, one without), standing in for the topic an
+//! SES configuration set's event destination publishes to. moto's SES does not publish
+//! events, so the tests publish SES event records themselves, built from the fixtures
+//! written after AWS's documented examples (`crates/herald-channels/tests/fixtures/ses`).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use aws_sdk_sqs::types::QueueAttributeName;
+use herald_channels::{sdk_config, AwsSettings, StaticCredentials};
+use serde_json::{json, Value};
+
+use crate::moto::MOTO;
+use crate::workspace_root;
+
+/// One test's event path: its own queue and topics.
+pub struct EventQueue {
+    pub queue_url: String,
+    pub queue_arn: String,
+    /// SNS delivers the SES record inside its JSON envelope.
+    pub envelope_topic: String,
+    /// SNS delivers the SES record as the message body (raw message delivery).
+    pub raw_topic: String,
+    sqs: aws_sdk_sqs::Client,
+    sns: aws_sdk_sns::Client,
+}
+
+async fn clients() -> (aws_sdk_sqs::Client, aws_sdk_sns::Client) {
+    let config = sdk_config(&AwsSettings {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(format!("http://{MOTO}")),
+        connect_timeout: Duration::from_secs(2),
+        attempt_timeout: Duration::from_secs(30),
+        static_credentials: Some(StaticCredentials {
+            access_key_id: "testing".into(),
+            secret_access_key: "testing".into(),
+        }),
+    })
+    .await;
+    (
+        aws_sdk_sqs::Client::new(&config),
+        aws_sdk_sns::Client::new(&config),
+    )
+}
+
+impl EventQueue {
+    pub async fn create(name: &str) -> Result<Self> {
+        let (sqs, sns) = clients().await;
+        let unique = format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let queue_url = sqs
+            .create_queue()
+            .queue_name(format!("herald-ses-events-{unique}"))
+            .send()
+            .await
+            .context("creating the SQS queue")?
+            .queue_url
+            .context("no queue url")?;
+        let queue_arn = sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await?
+            .attributes
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .context("no queue arn")?;
+        let mut topics = Vec::new();
+        for raw in [false, true] {
+            let arn = sns
+                .create_topic()
+                .name(format!("herald-ses-{}-{unique}", if raw { "raw" } else { "env" }))
+                .send()
+                .await
+                .context("creating the SNS topic")?
+                .topic_arn
+                .context("no topic arn")?;
+            let mut subscribe = sns
+                .subscribe()
+                .topic_arn(&arn)
+                .protocol("sqs")
+                .endpoint(&queue_arn);
+            if raw {
+                subscribe = subscribe.attributes("RawMessageDelivery", "true");
+            }
+            subscribe.send().await.context("subscribing the queue")?;
+            topics.push(arn);
+        }
+        Ok(Self {
+            queue_url,
+            queue_arn,
+            raw_topic: topics.pop().unwrap_or_default(),
+            envelope_topic: topics.pop().unwrap_or_default(),
+            sqs,
+            sns,
+        })
+    }
+
+    /// Publishes an SES event record through SNS: in its envelope, or raw.
+    pub async fn publish(&self, record: &Value, raw: bool) -> Result<()> {
+        let topic = if raw {
+            &self.raw_topic
+        } else {
+            &self.envelope_topic
+        };
+        self.sns
+            .publish()
+            .topic_arn(topic)
+            .message(record.to_string())
+            .send()
+            .await
+            .context("publishing an SES event")?;
+        Ok(())
+    }
+
+    /// Puts a body on the queue directly (what no SNS topic would deliver: malformed input).
+    pub async fn send_raw_body(&self, body: &str) -> Result<()> {
+        self.sqs
+            .send_message()
+            .queue_url(&self.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .context("sending to the queue")?;
+        Ok(())
+    }
+
+    /// Messages on the queue: visible, and received but not deleted yet.
+    pub async fn depth(&self) -> Result<(i64, i64)> {
+        let attributes = self
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&self.queue_url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .send()
+            .await?
+            .attributes
+            .unwrap_or_default();
+        let get = |n: QueueAttributeName| attributes.get(&n).and_then(|v| v.parse().ok()).unwrap_or(-1);
+        Ok((
+            get(QueueAttributeName::ApproximateNumberOfMessages),
+            get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        ))
+    }
+
+    pub async fn delete(self) {
+        let _ = self.sqs.delete_queue().queue_url(&self.queue_url).send().await;
+        for topic in [&self.envelope_topic, &self.raw_topic] {
+            let _ = self.sns.delete_topic().topic_arn(topic).send().await;
+        }
+    }
+
+    /// The `[reconcile]` section of a test's configuration for this queue.
+    pub fn config(&self, silence_secs: u64) -> String {
+        format!(
+            "[reconcile]\nqueue_url = \"{}\"\nsilence_secs = {silence_secs}\nwait_secs = 1\nvisibility_timeout_secs = 10\n",
+            self.queue_url
+        )
+    }
+}
+
+/// What one event is about.
+pub struct About<'a> {
+    /// `mail.messageId`: the id SendEmail returned (moto's, for an attempt it received).
+    pub message_id: &'a str,
+    /// Herald's tags: the intent id (simple form) and the attempt number. None: the
+    /// record carries no Herald tags (matched by message id only).
+    pub tags: Option<(&'a str, i32)>,
+    /// Put in the record's destination and recipient fields.
+    pub recipient: &'a str,
+}
+
+/// An SES event record from the fixture `name` (`delivery`, `bounce`, ...), about `about`.
+pub fn ses_event(name: &str, about: &About<'_>) -> Result<Value> {
+    let path = workspace_root().join(format!("crates/herald-channels/tests/fixtures/ses/{name}.json"));
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut record: Value = serde_json::from_str(&text)?;
+    let mail = record
+        .get_mut("mail")
+        .and_then(Value::as_object_mut)
+        .context("fixture without mail")?;
+    mail.insert("messageId".into(), json!(about.message_id));
+    mail.insert("destination".into(), json!([about.recipient]));
+    let tags = mail
+        .entry("tags")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .context("mail.tags is not an object")?;
+    tags.remove("herald_intent");
+    tags.remove("herald_attempt");
+    if let Some((intent, attempt)) = about.tags {
+        tags.insert("herald_intent".into(), json!([intent]));
+        tags.insert("herald_attempt".into(), json!([attempt.to_string()]));
+    }
+    for (object, list, field) in [
+        ("bounce", "bouncedRecipients", Some("emailAddress")),
+        ("complaint", "complainedRecipients", Some("emailAddress")),
+        ("delivery", "recipients", None),
+        ("deliveryDelay", "delayedRecipients", Some("emailAddress")),
+    ] {
+        if let Some(entries) = record
+            .get_mut(object)
+            .and_then(|o| o.get_mut(list))
+            .and_then(Value::as_array_mut)
+        {
+            for e in entries.iter_mut() {
+                match field {
+                    Some(f) => {
+                        if let Some(o) = e.as_object_mut() {
+                            o.insert(f.into(), json!(about.recipient));
+                        }
+                    }
+                    None => *e = json!(about.recipient),
+                }
+            }
+        }
+    }
+    Ok(record)
+}

@@ -1,0 +1,446 @@
+//! The provider's own evidence (issue 15): SES event records, through a real SNS topic and
+//! SQS queue on moto, settle `unknown` e-mail attempts, and bounces feed the suppression
+//! list. What a user checks: the intent's state and resolution rows, the provider events
+//! stored, the messages moto received, the queue drained.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use integration_tests::moto::{emails_to, MOTO};
+use integration_tests::samples::UniqueSeller;
+use integration_tests::ses_events::{ses_event, About, EventQueue};
+use integration_tests::toxiproxy::Proxy;
+use integration_tests::{seed_orders, wait_for, EnvOptions, TestEnv};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The reconcile role reads SQS straight from moto; the senders may sit behind a proxy.
+const DIRECT_TO_MOTO: (&str, &str) = ("HERALD_AWS__ENDPOINT_URL", "http://127.0.0.1:14566");
+
+async fn env_behind_proxy(
+    name: &str,
+    on_unknown: &'static str,
+    queue: &EventQueue,
+    silence_secs: u64,
+) -> Result<(TestEnv, Proxy)> {
+    let proxy = Proxy::create(
+        &format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+        MOTO,
+    )
+    .await?;
+    let env = TestEnv::with_options(
+        name,
+        &queue.config(silence_secs),
+        EnvOptions {
+            aws_endpoint: Some(proxy.url()),
+            on_unknown,
+            ..EnvOptions::default()
+        },
+    )
+    .await?;
+    Ok((env, proxy))
+}
+
+/// The e-mail intent of `order`: (id in simple form, state, consent).
+async fn email_intent(env: &TestEnv, order: &str) -> Result<(String, String, Option<String>)> {
+    let r = env
+        .db
+        .query_one(
+            "SELECT id, state, consent FROM notification_intents WHERE order_id = $1 AND channel = 'email'",
+            &[&order],
+        )
+        .await?;
+    Ok((r.get::<_, uuid::Uuid>(0).simple().to_string(), r.get(1), r.get(2)))
+}
+
+/// (resolved_as, settled_by, has a provider event) of the e-mail intent's resolutions.
+async fn resolutions(env: &TestEnv) -> Result<Vec<(String, String, bool)>> {
+    Ok(env
+        .db
+        .query(
+            "SELECT r.resolved_as, r.settled_by, r.provider_event_id IS NOT NULL FROM intent_resolutions r
+             JOIN notification_intents i ON i.id = r.intent_id WHERE i.channel = 'email' ORDER BY r.id",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// (outcome, after_unknown) of the e-mail attempts.
+async fn email_attempts(env: &TestEnv) -> Result<Vec<(String, bool)>> {
+    Ok(env
+        .db
+        .query(
+            "SELECT a.outcome, a.after_unknown FROM notification_attempts a
+             JOIN notification_intents i ON i.id = a.intent_id WHERE i.channel = 'email'
+             ORDER BY i.order_id, a.attempt_no",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+async fn wait_drained(queue: &EventQueue) -> Result<()> {
+    wait_for("the event queue drained", WAIT, || async {
+        Ok((queue.depth().await? == (0, 0)).then_some(()))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_email_is_settled_by_the_providers_events_and_sent_once() -> Result<()> {
+    let queue = EventQueue::create("settle").await?;
+    // `retry`, and a silence window longer than the test: only evidence can settle the
+    // intent, and without it the policy would send again.
+    let (env, proxy) = env_behind_proxy("evidence", "retry", &queue, 3600).await?;
+    proxy.delay_responses().await?;
+    let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &[])?;
+    let seller = UniqueSeller::new();
+    seed_orders(&env, &seller, &["8301"]).await?;
+    env.wait_count(
+        "the e-mail intent unknown, waiting for evidence",
+        "SELECT count(*) FROM notification_intents
+          WHERE channel = 'email' AND state = 'unknown' AND next_attempt_at > now() + interval '30 minutes'",
+        1,
+        WAIT,
+    )
+    .await?;
+    let (intent, _, _) = email_intent(&env, "8301").await?;
+    let sent = emails_to(&seller.email).await?;
+    assert_eq!(sent.len(), 1, "the request reached the provider");
+    let message_id = sent[0]["id"].as_str().context("moto message id")?.to_owned();
+    // The provider is answering again: a resend would now succeed, so a second message
+    // would show.
+    proxy.remove_toxic("slow-responses").await?;
+
+    let about = About {
+        message_id: &message_id,
+        tags: Some((&intent, 1)),
+        recipient: &seller.email,
+    };
+    queue.publish(&ses_event("send", &about)?, true).await?;
+    queue.publish(&ses_event("delivery", &about)?, false).await?;
+    let _reconcile = env.spawn_roles("reconcile", "reconcile", &[DIRECT_TO_MOTO])?;
+    env.wait_count(
+        "the intent accepted",
+        "SELECT count(*) FROM notification_intents WHERE channel = 'email' AND state = 'accepted'",
+        1,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        resolutions(&env).await?,
+        vec![("accepted".into(), "evidence".into(), true)],
+        "settled by evidence, which the resolution names"
+    );
+    wait_drained(&queue).await?;
+    let events = env
+        .db
+        .query(
+            "SELECT event_type, matched_by, effect FROM provider_events ORDER BY event_type",
+            &[],
+        )
+        .await?;
+    let events: Vec<(String, Option<String>, String)> =
+        events.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(
+        events.iter().all(|e| e.1.as_deref() == Some("tags")),
+        "{events:?}"
+    );
+    assert_eq!(
+        events.iter().filter(|e| e.2 == "settled").count(),
+        1,
+        "the first of the two settled it: {events:?}"
+    );
+
+    // Duplicates (SNS and SQS deliver at least once), an event for no intent of this
+    // ledger, and messages that are not events: nothing stalls, nothing counts twice.
+    queue.publish(&ses_event("delivery", &about)?, false).await?;
+    queue.publish(&ses_event("delivery", &about)?, true).await?;
+    let stranger = uuid::Uuid::new_v4().simple().to_string();
+    queue
+        .publish(
+            &ses_event(
+                "delivery",
+                &About {
+                    message_id: "0100-not-ours",
+                    tags: Some((&stranger, 1)),
+                    recipient: "someone@else.example",
+                },
+            )?,
+            true,
+        )
+        .await?;
+    queue.send_raw_body("not json at all").await?;
+    queue
+        .send_raw_body(
+            r#"{"Type":"Notification","MessageId":"m-1","Message":"{\"eventType\":\"Delivery\"}"}"#,
+        )
+        .await?;
+    wait_drained(&queue).await?;
+    env.wait_count(
+        "both malformed messages kept with their reason",
+        "SELECT count(*) FROM provider_event_rejects WHERE reason <> ''",
+        2,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        env.count("SELECT count(*) FROM provider_events").await?,
+        3,
+        "the duplicates stored nothing; the stranger's event is stored unmatched"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM provider_events WHERE intent_id IS NULL AND effect = 'recorded'")
+            .await?,
+        1
+    );
+    assert_eq!(resolutions(&env).await?.len(), 1, "settled once");
+    assert_eq!(
+        email_attempts(&env).await?,
+        vec![("unknown".into(), false)],
+        "one attempt, which stays unknown on record"
+    );
+    assert_eq!(emails_to(&seller.email).await?.len(), 1, "no second message");
+
+    // `intent show` lists the attempt's events and the resolution.
+    let shown = env.herald(&["intent", "show", "acme", "8301", "order.created", "email"])?;
+    assert!(
+        shown.contains("provider event") && shown.contains("delivery"),
+        "{shown}"
+    );
+    assert!(shown.contains("accepted by evidence"), "{shown}");
+    let json: Value = serde_json::from_str(&env.herald(&[
+        "intent",
+        "show",
+        "acme",
+        "8301",
+        "order.created",
+        "email",
+        "--json",
+    ])?)?;
+    assert_eq!(
+        json["attempts"][0]["provider_events"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert_eq!(json["resolutions"][0]["settled_by"], "evidence");
+    let stored = env
+        .count(
+            "SELECT count(*) FROM provider_events WHERE detail LIKE '%@%' OR provider_message_id LIKE '%@%'",
+        )
+        .await?;
+    assert_eq!(stored, 0, "no address is stored with the evidence");
+    queue.delete().await;
+    proxy.delete().await?;
+    env.cleanup().await;
+    Ok(())
+}
+
+/// No event within the silence window: the channel's policy decides, and says so.
+async fn silence(on_unknown: &'static str) -> Result<(TestEnv, Proxy, EventQueue, UniqueSeller)> {
+    let queue = EventQueue::create("silence").await?;
+    let (env, proxy) = env_behind_proxy(&format!("silence{on_unknown}"), on_unknown, &queue, 2).await?;
+    proxy.delay_responses().await?;
+    let seller = UniqueSeller::new();
+    Ok((env, proxy, queue, seller))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_event_the_hold_policy_holds_after_the_silence_window_and_says_so() -> Result<()> {
+    let (env, proxy, queue, seller) = silence("hold").await?;
+    let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &[])?;
+    seed_orders(&env, &seller, &["8311"]).await?;
+    wait_for("a resolution by silence", WAIT, || async {
+        Ok((!resolutions(&env).await?.is_empty()).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        resolutions(&env).await?,
+        vec![("hold".into(), "silence".into(), false)]
+    );
+    let (_, state, _) = email_intent(&env, "8311").await?;
+    assert_eq!(state, "unknown", "held for an operator");
+    assert_eq!(
+        env.count("SELECT count(*) FROM notification_intents WHERE channel = 'email' AND next_attempt_at IS NOT NULL")
+            .await?,
+        0,
+        "no longer waiting"
+    );
+    let reason: String = env
+        .db
+        .query_one("SELECT reason FROM intent_resolutions", &[])
+        .await?
+        .get(0);
+    assert!(reason.contains("no provider event"), "{reason}");
+    assert_eq!(email_attempts(&env).await?, vec![("unknown".into(), false)]);
+    // An operator's resolution is still possible, and wins.
+    env.herald(&[
+        "intent",
+        "resolve",
+        "acme",
+        "8311",
+        "order.created",
+        "email",
+        "--as",
+        "accepted",
+        "--reason",
+        "the seller confirmed",
+    ])?;
+    assert_eq!(email_intent(&env, "8311").await?.1, "accepted");
+    assert_eq!(
+        resolutions(&env).await?.last().map(|r| r.1.clone()),
+        Some("operator".into())
+    );
+    queue.delete().await;
+    proxy.delete().await?;
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_event_the_retry_policy_sends_again_after_the_silence_window() -> Result<()> {
+    let (env, proxy, queue, seller) = silence("retry").await?;
+    let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &[])?;
+    seed_orders(&env, &seller, &["8321"]).await?;
+    wait_for("a first e-mail attempt unknown", WAIT, || async {
+        Ok(email_attempts(&env)
+            .await?
+            .first()
+            .is_some_and(|a| a.0 == "unknown")
+            .then_some(()))
+    })
+    .await?;
+    proxy.remove_toxic("slow-responses").await?;
+    env.wait_count(
+        "the e-mail accepted after the retry",
+        "SELECT count(*) FROM notification_intents WHERE channel = 'email' AND state = 'accepted'",
+        1,
+        WAIT,
+    )
+    .await?;
+    let r = resolutions(&env).await?;
+    assert_eq!(r[0], ("retry".into(), "silence".into(), false), "{r:?}");
+    let attempts = email_attempts(&env).await?;
+    assert_eq!(attempts.first(), Some(&("unknown".into(), false)), "{attempts:?}");
+    assert_eq!(
+        attempts.last(),
+        Some(&("accepted".into(), true)),
+        "the resend is flagged as following an unknown: {attempts:?}"
+    );
+    // Every attempt but not_sent ones reached the provider: the duplicate is on record.
+    let reached = attempts.iter().filter(|a| a.0 != "not_sent").count();
+    assert_eq!(emails_to(&seller.email).await?.len(), reached);
+    queue.delete().await;
+    proxy.delete().await?;
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_bounce_suppresses_the_address_until_an_operator_lifts_it() -> Result<()> {
+    let queue = EventQueue::create("bounce").await?;
+    let env = TestEnv::new("bounce", &queue.config(600)).await?;
+    let _herald = env.spawn_roles("ingest,relay,deliver,reconcile", "herald", &[])?;
+    let seller = UniqueSeller::new();
+    seed_orders(&env, &seller, &["8331"]).await?;
+    env.wait_count(
+        "order 8331 e-mailed",
+        "SELECT count(*) FROM notification_intents WHERE order_id = '8331' AND state = 'accepted'",
+        2,
+        WAIT,
+    )
+    .await?;
+    let message_id: String = env
+        .db
+        .query_one(
+            "SELECT a.provider_message_id FROM notification_attempts a
+             JOIN notification_intents i ON i.id = a.intent_id WHERE i.channel = 'email'",
+            &[],
+        )
+        .await?
+        .get(0);
+    // A transient bounce (mailbox full) suppresses nothing; a permanent one does. Neither
+    // carries Herald's tags here (a configuration set's notifications may not): matched by
+    // the message id. The bounce names the address in other letter case.
+    let shouting = seller.email.to_uppercase();
+    let about = About {
+        message_id: &message_id,
+        tags: None,
+        recipient: &shouting,
+    };
+    queue
+        .publish(&ses_event("bounce-transient", &about)?, false)
+        .await?;
+    queue.publish(&ses_event("bounce", &about)?, true).await?;
+    env.wait_count(
+        "the address on the suppression list",
+        "SELECT count(*) FROM suppressions WHERE channel = 'email' AND reason = 'bounced' AND lifted_at IS NULL",
+        1,
+        WAIT,
+    )
+    .await?;
+    wait_drained(&queue).await?;
+    assert_eq!(
+        env.count("SELECT count(*) FROM provider_events WHERE matched_by = 'message_id'")
+            .await?,
+        2
+    );
+    assert_eq!(env.count("SELECT count(*) FROM suppressions").await?, 1);
+
+    seed_orders(&env, &seller, &["8332"]).await?;
+    env.wait_count(
+        "order 8332: e-mail suppressed, SMS sent",
+        "SELECT count(*) FROM notification_intents WHERE order_id = '8332'
+           AND ((channel = 'email' AND state = 'suppressed' AND consent = 'bounced')
+             OR (channel = 'sms' AND state = 'accepted'))",
+        2,
+        WAIT,
+    )
+    .await?;
+    let listed = env.herald(&["suppression", "list"])?;
+    assert!(listed.contains("bounced"), "{listed}");
+    assert!(
+        !listed.contains(&seller.email),
+        "the list shows digests only: {listed}"
+    );
+    env.herald(&[
+        "suppression",
+        "remove",
+        "--channel",
+        "email",
+        "--address",
+        &seller.email,
+        "--reason",
+        "the seller fixed the mailbox",
+    ])?;
+    seed_orders(&env, &seller, &["8333"]).await?;
+    env.wait_count(
+        "order 8333 e-mailed again",
+        "SELECT count(*) FROM notification_intents WHERE order_id = '8333' AND channel = 'email'
+           AND state = 'accepted' AND consent = 'granted'",
+        1,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(emails_to(&seller.email).await?.len(), 2, "orders 8331 and 8333");
+    let again = env.herald_output(&[
+        "suppression",
+        "remove",
+        "--channel",
+        "email",
+        "--address",
+        &seller.email,
+        "--reason",
+        "twice",
+    ])?;
+    assert!(!again.status.success(), "nothing left to lift");
+    queue.delete().await;
+    env.cleanup().await;
+    Ok(())
+}
