@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# `make demo`: runs `herald run --roles ingest,relay,deliver` on the local stack in the background,
-# drives it with target/debug/herald-demo (sample sellers and orders), prints the
-# resulting intents, then stops herald with SIGTERM (it drains and exits 0).
+# `make demo`: runs `herald run --roles ingest,relay,deliver` (sending through a toxiproxy
+# proxy in front of moto) and `herald run --roles reconcile` on the local stack in the
+# background, drives them with target/debug/herald-demo (sample sellers and orders, one
+# e-mail made unknown and settled by SES's events), prints the resulting intents, then
+# stops herald with SIGTERM (it drains and exits 0).
 # Usage: demo.sh HERALD_BIN CONFIG_FILE
 set -euo pipefail
 COMPONENT=demo
@@ -13,15 +15,27 @@ demo_bin="$(dirname "$bin")/herald-demo"
 mkdir -p "$HERALD_LOCAL_DIR/demo"
 log="$HERALD_LOCAL_DIR/demo/herald.log"
 
-say "starting herald run --roles ingest,relay,deliver (log: $log)"
-"$bin" --config "$config" run --roles ingest,relay,deliver </dev/null >"$log" 2>&1 &
+# The SES event queue the reconcile role reads, and a toxiproxy proxy in front of moto for
+# the senders (the demo holds SES's answers once, to make one e-mail `unknown`).
+queue_url="$("$demo_bin" setup)"
+export HERALD_RECONCILE__QUEUE_URL="$queue_url"
+say "starting herald run --roles ingest,relay,deliver, sending through toxiproxy (log: $log)"
+HERALD_AWS__ENDPOINT_URL=http://127.0.0.1:14567 \
+  "$bin" --config "$config" run --roles ingest,relay,deliver </dev/null >"$log" 2>&1 &
 herald_pid=$!
+reconcile_log="$HERALD_LOCAL_DIR/demo/reconcile.log"
+say "starting herald run --roles reconcile on $queue_url (log: $reconcile_log)"
+HERALD_ADMIN__LISTEN=127.0.0.1:19465 \
+  "$bin" --config "$config" run --roles reconcile </dev/null >"$reconcile_log" 2>&1 &
+reconcile_pid=$!
 stop_herald() {
-  if kill -0 "$herald_pid" 2>/dev/null; then
-    say "stopping herald (SIGTERM: drain, commit offsets, exit)"
-    kill -TERM "$herald_pid" 2>/dev/null || true
-    wait "$herald_pid" 2>/dev/null || true
-  fi
+  for pid in "$herald_pid" "$reconcile_pid"; do
+    if kill -0 "$pid" 2>/dev/null; then
+      say "stopping herald $pid (SIGTERM: drain, commit offsets, exit)"
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+    fi
+  done
 }
 trap stop_herald EXIT
 

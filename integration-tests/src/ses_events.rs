@@ -45,12 +45,20 @@ async fn clients() -> (aws_sdk_sqs::Client, aws_sdk_sns::Client) {
 }
 
 impl EventQueue {
+    /// A queue and topics of their own for one test.
     pub async fn create(name: &str) -> Result<Self> {
-        let (sqs, sns) = clients().await;
         let unique = format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        Self::named(&format!("herald-ses-events-{unique}")).await
+    }
+
+    /// The queue `name` and its topics, created if missing (SQS and SNS create calls are
+    /// idempotent for the same name and attributes).
+    pub async fn named(name: &str) -> Result<Self> {
+        let (sqs, sns) = clients().await;
+        let unique = name;
         let queue_url = sqs
             .create_queue()
-            .queue_name(format!("herald-ses-events-{unique}"))
+            .queue_name(name)
             .send()
             .await
             .context("creating the SQS queue")?
@@ -69,7 +77,7 @@ impl EventQueue {
         for raw in [false, true] {
             let arn = sns
                 .create_topic()
-                .name(format!("herald-ses-{}-{unique}", if raw { "raw" } else { "env" }))
+                .name(format!("{unique}-{}", if raw { "raw" } else { "env" }))
                 .send()
                 .await
                 .context("creating the SNS topic")?

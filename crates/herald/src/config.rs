@@ -505,8 +505,6 @@ pub struct ReconcileConfig {
     /// How long a received message stays invisible to other readers; it must cover one
     /// batch's commit. A crash before the delete: the message comes back after it.
     pub visibility_timeout_secs: u64,
-    /// How often the silence sweep looks for `unknown` intents whose window has passed.
-    pub sweep_interval_secs: u64,
 }
 
 impl Default for ReconcileConfig {
@@ -517,7 +515,6 @@ impl Default for ReconcileConfig {
             wait_secs: 20,
             batch: 10,
             visibility_timeout_secs: 60,
-            sweep_interval_secs: 15,
         }
     }
 }
@@ -747,7 +744,6 @@ impl Config {
             5,
             43_200,
         )?;
-        range("reconcile.sweep_interval_secs", rc.sweep_interval_secs, 1, 3600)?;
         if let Some(role) = &self.database.runtime_role {
             let mut chars = role.chars();
             let valid = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')

@@ -4,6 +4,11 @@
 //! committed everything and every sendable intent reached moto, and prints each intent with
 //! its attempts and the provider's message ids.
 //!
+//! Then one e-mail is made `unknown` (toxiproxy holds SES's answer past the attempt
+//! timeout) and settled by the provider's own events, published through SNS to the SQS
+//! queue the `reconcile` role reads. `herald-demo setup`, run by `deploy/local/demo.sh`
+//! before Herald starts, creates that proxy and the queue.
+//!
 //! Order ids are fixed: running the demo again converges every event on the intents of
 //! the first run, which is the point of Herald.
 
@@ -12,7 +17,10 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use herald_store::inspect::mask_destination;
 use integration_tests::kafka::{committed_lag, produce, producer, read_all};
+use integration_tests::moto::{emails_to, MOTO};
 use integration_tests::samples::{order_event, Seller};
+use integration_tests::ses_events::{ses_event, About, EventQueue};
+use integration_tests::toxiproxy::{self, Proxy};
 use integration_tests::{http, pg_connect, wait_for, PG_ADMIN_URL};
 
 const ORDERS: &str = "order-events";
@@ -22,8 +30,32 @@ const GROUP: &str = "herald-ingest";
 const ADMIN: &str = "127.0.0.1:19464";
 const JAEGER: &str = "127.0.0.1:16686";
 
+/// What demo.sh points Herald's senders at (toxiproxy, in front of moto), and the queue of
+/// SES events its reconcile role reads.
+const AWS_PROXY: &str = "herald-demo-aws";
+const AWS_PROXY_LISTEN: &str = "127.0.0.1:14567";
+const EVENT_QUEUE: &str = "herald-demo-ses-events";
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("setup") {
+        let (status, body) = http::request(
+            toxiproxy::API,
+            "POST",
+            "/proxies",
+            Some(&serde_json::json!({
+                "name": AWS_PROXY, "listen": AWS_PROXY_LISTEN, "upstream": MOTO, "enabled": true
+            })),
+        )
+        .await?;
+        anyhow::ensure!(
+            matches!(status, 200 | 201 | 409),
+            "creating the toxiproxy proxy {AWS_PROXY}: {status} {body}"
+        );
+        let queue = EventQueue::named(EVENT_QUEUE).await?;
+        println!("{}", queue.queue_url);
+        return Ok(());
+    }
     let db =
         pg_connect(&std::env::var("DEMO_DATABASE_URL").unwrap_or_else(|_| PG_ADMIN_URL.to_owned())).await?;
     let p = producer()?;
@@ -264,6 +296,7 @@ async fn main() -> Result<()> {
     .await
     .context("order 8045 still held or on its way; see .local/demo/herald.log")?;
     println!("demo: order 8045 rendered with the late profile (its locale, address and consent) and sent\n");
+    settle_by_evidence(&db, &p).await?;
 
     let rows = db
         .query(
@@ -399,6 +432,107 @@ async fn main() -> Result<()> {
     println!("  metrics       http://127.0.0.1:19464/metrics");
     println!("  ledger        target/debug/herald --config config/local.toml intent list acme 8042");
     println!("  one intent    target/debug/herald --config config/local.toml intent show acme 8042 order.created email");
+    println!("  evidence      target/debug/herald --config config/local.toml intent show acme 8042 order.cancelled email");
     println!("  lag           target/debug/herald --config config/local.toml lag");
+    Ok(())
+}
+
+/// One e-mail made `unknown` and settled by the provider's events: order 8042 is cancelled
+/// while toxiproxy holds SES's answers; then SES's `Send` and `Delivery` records for that
+/// message arrive on the event queue.
+async fn settle_by_evidence(
+    db: &tokio_postgres::Client,
+    p: &rdkafka::producer::FutureProducer,
+) -> Result<()> {
+    let done: i64 = db
+        .query_one(
+            "SELECT count(*) FROM notification_intents
+              WHERE order_id = '8042' AND event_kind = 'order.cancelled' AND channel = 'email'",
+            &[],
+        )
+        .await?
+        .get(0);
+    if done > 0 {
+        println!("demo: order 8042's cancellation e-mail was settled in an earlier run\n");
+        return Ok(());
+    }
+    let proxy = Proxy {
+        name: AWS_PROXY.into(),
+        listen: AWS_PROXY_LISTEN.into(),
+    };
+    let before = emails_to("s19@example.com").await?.len();
+    proxy.delay_responses().await?;
+    produce(
+        p,
+        ORDERS,
+        Some(b"acme:8042:cancel"),
+        Some(&order_event(
+            "evt-8042-cancel",
+            "order.cancelled",
+            "acme",
+            "8042",
+            "seller-19",
+            "129.90",
+        )),
+        &[],
+    )
+    .await?;
+    println!("demo: order 8042 cancelled while toxiproxy holds SES's answers past the attempt timeout");
+    let waited = wait_for(
+        "the cancellation e-mail unknown",
+        Duration::from_secs(90),
+        || async {
+            let r = db
+                .query_opt(
+                    "SELECT i.id FROM notification_intents i
+                  WHERE i.order_id = '8042' AND i.event_kind = 'order.cancelled' AND i.channel = 'email'
+                    AND i.state = 'unknown' AND i.next_attempt_at IS NOT NULL",
+                    &[],
+                )
+                .await?;
+            Ok(r.map(|r| r.get::<_, uuid::Uuid>(0)))
+        },
+    )
+    .await;
+    proxy.remove_toxic("slow-responses").await?;
+    let intent = waited.context("the cancellation e-mail did not end unknown; see .local/demo/herald.log")?;
+    let sent = emails_to("s19@example.com").await?;
+    let message_id = sent
+        .get(before)
+        .and_then(|m| m["id"].as_str())
+        .context("SES (moto) did not receive the cancellation e-mail")?
+        .to_owned();
+    println!(
+        "demo: intent {intent} is unknown (SES took the message as {message_id}, Herald never heard back); \
+         it waits reconcile.silence_secs for SES's events instead of resending"
+    );
+    let queue = EventQueue::named(EVENT_QUEUE).await?;
+    let simple = intent.simple().to_string();
+    let about = About {
+        message_id: &message_id,
+        tags: Some((&simple, 1)),
+        recipient: "s19@example.com",
+    };
+    queue.publish(&ses_event("send", &about)?, true).await?;
+    queue.publish(&ses_event("delivery", &about)?, false).await?;
+    println!(
+        "demo: SES's Send and Delivery events for {message_id} published to SNS, delivered to {EVENT_QUEUE}"
+    );
+    wait_for("the intent settled by evidence", Duration::from_secs(90), || async {
+        let r = db
+            .query_opt(
+                "SELECT r.resolved_as, r.settled_by, e.event_type
+                   FROM intent_resolutions r JOIN provider_events e ON e.id = r.provider_event_id
+                  WHERE r.intent_id = $1",
+                &[&intent],
+            )
+            .await?;
+        Ok(r.map(|r| (r.get::<_, String>(0), r.get::<_, String>(1), r.get::<_, String>(2))))
+    })
+    .await
+    .map(|(r#as, by, event)| {
+        println!("demo: the reconcile role settled it: {as} by {by} (the {event} event); one message at SES, no resend\n")
+    })
+    .context("the reconcile role did not settle the intent; see .local/demo/reconcile.log")?;
     Ok(())
 }
