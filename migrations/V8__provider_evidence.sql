@@ -1,6 +1,7 @@
 -- The provider's own evidence (issue 15): SES event records read from an SQS queue (the
 -- `reconcile` role) settle `unknown` attempts, and bounces and complaints feed a
--- suppression list that ingest consults.
+-- suppression list that ingest consults; SNS's SMS delivery status, read from CloudWatch
+-- Logs, is stored against the accepted SMS attempts.
 --
 -- No recipient address and no content is stored here: events name their attempt, the SES
 -- message id and what happened; the suppression list holds destination digests.
@@ -11,7 +12,8 @@ CREATE TABLE provider_events (
     id                  bigint      GENERATED ALWAYS AS IDENTITY,
     event_key           text        NOT NULL,
     channel             text        NOT NULL CHECK (channel IN ('email', 'sms')),
-    -- SES's event type in snake case ('send', 'delivery', 'bounce', 'rendering_failure', ...).
+    -- SES's event type in snake case ('send', 'delivery', 'bounce', 'rendering_failure', ...),
+    -- or an SMS delivery status ('delivered', 'failed').
     event_type          text        NOT NULL CHECK (event_type <> ''),
     provider_message_id text        NOT NULL,
     occurred_at         timestamptz NOT NULL,
@@ -29,6 +31,8 @@ CREATE TABLE provider_events (
     bounce_subtype      text,
     complaint_type      text,
     detail              text,
+    -- An SMS delivery status's price (SNS's priceInUSD).
+    price_usd           double precision,
     -- What the event did to the ledger: 'settled' an unknown attempt, 'suppressed' a
     -- destination, both, or nothing ('recorded').
     effect              text        NOT NULL DEFAULT 'recorded'
@@ -59,6 +63,16 @@ CREATE TABLE provider_event_rejects (
     CONSTRAINT provider_event_rejects_message UNIQUE (source, message_id)
 );
 CREATE INDEX provider_event_rejects_received_idx ON provider_event_rejects (received_at);
+
+-- How far the reconcile role has read each CloudWatch Logs group of SMS delivery status
+-- (the newest event timestamp it stored). Reading starts a little before it again: events
+-- reach CloudWatch Logs late, and those read twice converge on their key.
+CREATE TABLE provider_log_cursors (
+    source      text        NOT NULL,
+    position    timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT provider_log_cursors_pkey PRIMARY KEY (source)
+);
 
 -- Matching by message id, for events without Herald's tags. Hash: equality only, and the
 -- index entry does not grow with the id's length.

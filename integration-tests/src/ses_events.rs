@@ -26,7 +26,12 @@ pub struct EventQueue {
     sns: aws_sdk_sns::Client,
 }
 
-async fn clients() -> (aws_sdk_sqs::Client, aws_sdk_sns::Client) {
+/// SQS, SNS and CloudWatch Logs clients of moto.
+async fn clients() -> (
+    aws_sdk_sqs::Client,
+    aws_sdk_sns::Client,
+    aws_sdk_cloudwatchlogs::Client,
+) {
     let config = sdk_config(&AwsSettings {
         region: Some("us-east-1".into()),
         endpoint_url: Some(format!("http://{MOTO}")),
@@ -41,6 +46,7 @@ async fn clients() -> (aws_sdk_sqs::Client, aws_sdk_sns::Client) {
     (
         aws_sdk_sqs::Client::new(&config),
         aws_sdk_sns::Client::new(&config),
+        aws_sdk_cloudwatchlogs::Client::new(&config),
     )
 }
 
@@ -54,7 +60,7 @@ impl EventQueue {
     /// The queue `name` and its topics, created if missing (SQS and SNS create calls are
     /// idempotent for the same name and attributes).
     pub async fn named(name: &str) -> Result<Self> {
-        let (sqs, sns) = clients().await;
+        let (sqs, sns, _) = clients().await;
         let unique = name;
         let queue_url = sqs
             .create_queue()
@@ -225,4 +231,106 @@ pub fn ses_event(name: &str, about: &About<'_>) -> Result<Value> {
         }
     }
     Ok(record)
+}
+
+/// SNS's SMS delivery-status log groups of one test, on moto's CloudWatch Logs: moto's SNS
+/// does not write them, so the tests put the records SNS would.
+pub struct SmsStatusLogs {
+    pub delivered_group: String,
+    pub failure_group: String,
+    client: aws_sdk_cloudwatchlogs::Client,
+}
+
+impl SmsStatusLogs {
+    pub async fn create(name: &str) -> Result<Self> {
+        let (_, _, client) = clients().await;
+        let unique = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let delivered_group =
+            format!("sns/us-east-1/123456789012/DirectPublishToPhoneNumber-{name}-{unique}");
+        let failure_group = format!("{delivered_group}/Failure");
+        for group in [&delivered_group, &failure_group] {
+            client
+                .create_log_group()
+                .log_group_name(group)
+                .send()
+                .await
+                .context("creating a log group")?;
+            client
+                .create_log_stream()
+                .log_group_name(group)
+                .log_stream_name("stream")
+                .send()
+                .await
+                .context("creating a log stream")?;
+        }
+        Ok(Self {
+            delivered_group,
+            failure_group,
+            client,
+        })
+    }
+
+    /// The `[reconcile]` keys that read these groups, polled every second.
+    pub fn config(&self) -> String {
+        format!(
+            "sms_status_log_groups = [\"{}\", \"{}\"]\nsms_status_poll_secs = 1\n",
+            self.delivered_group, self.failure_group
+        )
+    }
+
+    /// Writes one record, as SNS does, to the group of its status.
+    pub async fn put(&self, message_id: &str, phone: &str, delivered: bool) -> Result<()> {
+        self.put_raw(
+            delivered,
+            &json!({
+                "notification": {
+                    "messageId": message_id,
+                    "timestamp": chrono::Utc::now().format("%Y-%m-%d %H:%M:%S%.3f").to_string(),
+                },
+                "delivery": {
+                    "phoneCarrier": "My Phone Carrier",
+                    "mnc": 270,
+                    "destination": phone,
+                    "priceInUSD": 0.00645,
+                    "smsType": "Transactional",
+                    "mcc": 310,
+                    "providerResponse": if delivered { "Message has been accepted by phone carrier" }
+                                        else { "Unknown error attempting to reach phone" },
+                    "dwellTimeMs": 599,
+                },
+                "status": if delivered { "SUCCESS" } else { "FAILURE" },
+            })
+            .to_string(),
+        )
+        .await
+    }
+
+    /// Writes `message` as a record of the delivered (or failure) group.
+    pub async fn put_raw(&self, delivered: bool, message: &str) -> Result<()> {
+        let group = if delivered {
+            &self.delivered_group
+        } else {
+            &self.failure_group
+        };
+        let event = aws_sdk_cloudwatchlogs::types::InputLogEvent::builder()
+            .timestamp(chrono::Utc::now().timestamp_millis())
+            .message(message)
+            .build()
+            .context("a log event")?;
+        self.client
+            .put_log_events()
+            .log_group_name(group)
+            .log_stream_name("stream")
+            .log_events(event)
+            .send()
+            .await
+            .context("putting a log event")?;
+        Ok(())
+    }
+
+    pub async fn delete(self) {
+        for group in [&self.delivered_group, &self.failure_group] {
+            let _ = self.client.delete_log_group().log_group_name(group).send().await;
+        }
+    }
 }

@@ -8,12 +8,15 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use integration_tests::moto::{emails_to, MOTO};
 use integration_tests::samples::UniqueSeller;
-use integration_tests::ses_events::{ses_event, About, EventQueue};
+use integration_tests::ses_events::{ses_event, About, EventQueue, SmsStatusLogs};
 use integration_tests::toxiproxy::Proxy;
 use integration_tests::{seed_orders, wait_for, EnvOptions, TestEnv};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(90);
+
+/// (order, event type, matched by, price, detail) of a stored SMS status.
+type StatusRow = (String, String, Option<String>, Option<f64>, Option<String>);
 
 /// The reconcile role reads SQS straight from moto; the senders may sit behind a proxy.
 const DIRECT_TO_MOTO: (&str, &str) = ("HERALD_AWS__ENDPOINT_URL", "http://127.0.0.1:14566");
@@ -441,6 +444,114 @@ async fn a_permanent_bounce_suppresses_the_address_until_an_operator_lifts_it() 
     ])?;
     assert!(!again.status.success(), "nothing left to lift");
     queue.delete().await;
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sms_delivery_status_from_cloudwatch_logs_is_stored_with_the_accepted_attempt() -> Result<()> {
+    let logs = SmsStatusLogs::create("sms").await?;
+    // No event queue: the role reads the SMS delivery status alone.
+    let env = TestEnv::new("smsstatus", &format!("[reconcile]\n{}", logs.config())).await?;
+    let _herald = env.spawn_roles("ingest,relay,deliver,reconcile", "herald", &[])?;
+    let seller = UniqueSeller::new();
+    seed_orders(&env, &seller, &["8341", "8342"]).await?;
+    env.wait_count(
+        "both SMS accepted",
+        "SELECT count(*) FROM notification_intents WHERE channel = 'sms' AND state = 'accepted'",
+        2,
+        WAIT,
+    )
+    .await?;
+    let ids: Vec<String> = env
+        .db
+        .query(
+            "SELECT a.provider_message_id FROM notification_attempts a
+             JOIN notification_intents i ON i.id = a.intent_id WHERE i.channel = 'sms' ORDER BY i.order_id",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    logs.put(&ids[0], &seller.phone, true).await?;
+    logs.put(&ids[1], &seller.phone, false).await?;
+    logs.put("not-one-of-ours", "+15550000000", true).await?;
+    logs.put_raw(false, "not a delivery status").await?;
+    env.wait_count(
+        "three statuses stored, one record kept aside",
+        "SELECT (SELECT count(*) FROM provider_events WHERE channel = 'sms')
+              + (SELECT count(*) FROM provider_event_rejects WHERE source LIKE 'cloudwatch_logs:%')",
+        4,
+        WAIT,
+    )
+    .await?;
+    let rows = env
+        .db
+        .query(
+            "SELECT i.order_id, e.event_type, e.matched_by, e.price_usd, e.detail
+               FROM provider_events e JOIN notification_intents i ON i.id = e.intent_id ORDER BY i.order_id",
+            &[],
+        )
+        .await?;
+    let got: Vec<StatusRow> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "8341".into(),
+                "delivered".into(),
+                Some("message_id".into()),
+                Some(0.00645),
+                Some("Message has been accepted by phone carrier".into())
+            ),
+            (
+                "8342".into(),
+                "failed".into(),
+                Some("message_id".into()),
+                Some(0.00645),
+                Some("Unknown error attempting to reach phone".into())
+            ),
+        ]
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM provider_events WHERE channel = 'sms' AND intent_id IS NULL")
+            .await?,
+        1,
+        "a stranger's status is stored unmatched"
+    );
+    // Later polls read the same records again (the overlap): they converge.
+    let t0: String = env.db.query_one("SELECT now()::text", &[]).await?.get(0);
+    env.wait_count(
+        "both groups read again after everything was stored",
+        &format!("SELECT count(*) FROM provider_log_cursors WHERE updated_at > '{t0}'::timestamptz + interval '1 second'"),
+        2,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(env.count("SELECT count(*) FROM provider_events").await?, 3);
+    assert_eq!(env.count("SELECT count(*) FROM provider_event_rejects").await?, 1);
+    assert_eq!(
+        env.count("SELECT count(*) FROM provider_events WHERE detail LIKE '%555%'")
+            .await?,
+        0,
+        "no phone number is stored"
+    );
+    let shown = env.herald(&["intent", "show", "acme", "8342", "order.created", "sms"])?;
+    assert!(
+        shown.contains("provider event") && shown.contains("failed"),
+        "{shown}"
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM notification_intents WHERE channel = 'sms' AND state = 'accepted'")
+            .await?,
+        2,
+        "a delivery status is evidence beside the attempt; it changes no state"
+    );
+    logs.delete().await;
     env.cleanup().await;
     Ok(())
 }

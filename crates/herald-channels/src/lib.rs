@@ -18,6 +18,7 @@ pub mod queue;
 mod rate;
 mod ses;
 mod settings;
+pub mod sms_status;
 mod sns;
 mod tags;
 

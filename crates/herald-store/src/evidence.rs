@@ -42,6 +42,8 @@ pub struct ProviderEvent {
     pub bounce_subtype: Option<String>,
     pub complaint_type: Option<String>,
     pub detail: Option<String>,
+    /// An SMS delivery status's price.
+    pub price_usd: Option<f64>,
     /// A permanent bounce or a complaint, and the addresses it concerns: PostgreSQL
     /// stores their digests (`herald_destination_digest`), never the addresses.
     pub suppress: Option<(SuppressionReason, Vec<String>)>,
@@ -265,6 +267,37 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Where reading `source` (a CloudWatch Logs group) stopped: the newest event time
+    /// stored from it.
+    pub async fn log_cursor(&self, source: &str) -> Result<Option<DateTime<Utc>>> {
+        let conn = self.conn().await?;
+        Ok(conn
+            .query_opt(
+                "SELECT position FROM provider_log_cursors WHERE source = $1",
+                &[&source],
+            )
+            .await?
+            .map(|r| r.get(0)))
+    }
+
+    /// Moves the cursor of `source` forward to `position` (never back).
+    ///
+    /// Failure policy: called after the events up to `position` are committed; a crash
+    /// before it reads them again next time, and they converge on their keys.
+    pub async fn advance_log_cursor(&self, source: &str, position: DateTime<Utc>) -> Result<()> {
+        let conn = self.conn().await?;
+        conn.execute(
+            "INSERT INTO provider_log_cursors (source, position) VALUES ($1, $2)
+             ON CONFLICT (source) DO UPDATE SET position = greatest(provider_log_cursors.position, EXCLUDED.position),
+                                               updated_at = now()",
+            &[&source, &position],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
 fn suppression(r: &tokio_postgres::Row) -> Suppression {
     Suppression {
         id: r.get(0),
@@ -305,6 +338,7 @@ async fn apply(tx: &impl GenericClient, e: &ProviderEvent) -> Result<Applied> {
                 &e.bounce_subtype.as_deref().map(clean),
                 &e.complaint_type.as_deref().map(clean),
                 &e.detail.as_deref().map(clean),
+                &e.price_usd,
             ],
         )
         .await?
@@ -413,8 +447,8 @@ const ATTEMPT_BY_MESSAGE_ID: &str = "SELECT intent_id, id, attempt_no FROM notif
 /// provider_events_key: a duplicate inserts nothing and returns no row.
 const INSERT_EVENT: &str = "INSERT INTO provider_events
         (event_key, channel, event_type, provider_message_id, occurred_at, verdict,
-         intent_id, attempt_id, matched_by, bounce_type, bounce_subtype, complaint_type, detail)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+         intent_id, attempt_id, matched_by, bounce_type, bounce_subtype, complaint_type, detail, price_usd)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
      ON CONFLICT (event_key) DO NOTHING
      RETURNING id";
 

@@ -21,7 +21,7 @@ pub(crate) const ATTEMPTS_OF_INTENT: &str =
 /// The provider's events about an intent's attempts (provider_events_intent_idx).
 const EVENTS_OF_INTENT: &str =
     "SELECT attempt_id, id, event_type, occurred_at, matched_by, verdict, bounce_type,
-            bounce_subtype, complaint_type, detail, effect, received_at
+            bounce_subtype, complaint_type, detail, effect, received_at, price_usd
      FROM provider_events WHERE intent_id = $1 ORDER BY occurred_at, id";
 /// Who settled the intent's `unknown` attempts, and how (intent_resolutions_intent_idx).
 const RESOLUTIONS_OF_INTENT: &str =
@@ -176,6 +176,8 @@ pub struct ProviderEventView {
     /// `recorded`, `settled`, `suppressed` or `settled_suppressed`.
     pub effect: String,
     pub received_at: DateTime<Utc>,
+    /// An SMS delivery status's price.
+    pub price_usd: Option<f64>,
 }
 
 /// The frozen payload, with the destination masked: `intent show` output ends up in
@@ -332,6 +334,7 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
                         detail: e.get(9),
                         effect: e.get(10),
                         received_at: e.get(11),
+                        price_usd: e.get(12),
                     },
                 )
             })

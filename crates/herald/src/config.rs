@@ -505,6 +505,16 @@ pub struct ReconcileConfig {
     /// How long a received message stays invisible to other readers; it must cover one
     /// batch's commit. A crash before the delete: the message comes back after it.
     pub visibility_timeout_secs: u64,
+    /// CloudWatch Logs groups of SNS's SMS delivery status (`sns/<region>/<account>/
+    /// DirectPublishToPhoneNumber` and its `/Failure`). Empty: SMS status is not read.
+    pub sms_status_log_groups: Vec<String>,
+    /// Seconds between reads of those groups.
+    pub sms_status_poll_secs: u64,
+    /// Each read starts this long before the newest record stored (records reach
+    /// CloudWatch Logs late; those read twice converge).
+    pub sms_status_overlap_secs: u64,
+    /// The first read of a group starts this long ago.
+    pub sms_status_lookback_secs: u64,
 }
 
 impl Default for ReconcileConfig {
@@ -515,6 +525,10 @@ impl Default for ReconcileConfig {
             wait_secs: 20,
             batch: 10,
             visibility_timeout_secs: 60,
+            sms_status_log_groups: Vec::new(),
+            sms_status_poll_secs: 60,
+            sms_status_overlap_secs: 900,
+            sms_status_lookback_secs: 86_400,
         }
     }
 }
@@ -736,6 +750,27 @@ impl Config {
             bail!("reconcile.queue_url is empty: remove it, or name the SQS queue");
         }
         range("reconcile.silence_secs", rc.silence_secs, 1, 7 * 86_400)?;
+        if rc.sms_status_log_groups.iter().any(|g| g.trim().is_empty()) {
+            bail!("reconcile.sms_status_log_groups has an empty name");
+        }
+        range(
+            "reconcile.sms_status_poll_secs",
+            rc.sms_status_poll_secs,
+            1,
+            86_400,
+        )?;
+        range(
+            "reconcile.sms_status_overlap_secs",
+            rc.sms_status_overlap_secs,
+            0,
+            7 * 86_400,
+        )?;
+        range(
+            "reconcile.sms_status_lookback_secs",
+            rc.sms_status_lookback_secs,
+            0,
+            30 * 86_400,
+        )?;
         range("reconcile.wait_secs", rc.wait_secs, 0, 20)?;
         range("reconcile.batch", rc.batch, 1, 10)?;
         range(

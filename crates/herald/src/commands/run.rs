@@ -15,7 +15,8 @@ use crate::shutdown::Shutdown;
 #[derive(Args)]
 pub struct RunArgs {
     /// Comma-separated roles to run in this process: ingest, relay, deliver, reconcile
-    /// (reads the provider's events; needs reconcile.queue_url).
+    /// (reads the provider's events; needs reconcile.queue_url or
+    /// reconcile.sms_status_log_groups).
     #[arg(long, value_delimiter = ',', default_value = "ingest,relay,deliver")]
     roles: Vec<String>,
 }
@@ -64,8 +65,14 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
     if roles.contains(&Role::Ingest) && config.routes.is_empty() {
         tracing::warn!("no routes configured: every order event will be skipped");
     }
-    if roles.contains(&Role::Reconcile) && config.reconcile.queue_url.is_none() {
-        bail!("the reconcile role needs reconcile.queue_url (the SQS queue of the SES configuration set's events)");
+    if roles.contains(&Role::Reconcile)
+        && config.reconcile.queue_url.is_none()
+        && config.reconcile.sms_status_log_groups.is_empty()
+    {
+        bail!(
+            "the reconcile role needs reconcile.queue_url (the SQS queue of the SES configuration set's events) \
+             or reconcile.sms_status_log_groups (SNS's SMS delivery status in CloudWatch Logs)"
+        );
     }
     let config = Arc::new(config);
     let store = Store::new(&config.store())?;

@@ -29,17 +29,38 @@ use crate::obs::Obs;
 use crate::retrying::{class_of, run_with_retries, GaveUp, Schedule, Stage};
 use crate::shutdown::Shutdown;
 
+mod sms;
+
 /// The `source` of rejects kept from the SES event queue.
 const SOURCE: &str = "ses_events";
 
 pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
     let rc = &config.reconcile;
-    let Some(queue_url) = rc.queue_url.clone() else {
-        anyhow::bail!(
-            "the reconcile role needs reconcile.queue_url: the SQS queue subscribed to the SES configuration \
-             set's event topic (README, \"Provider evidence\")"
-        );
-    };
+    let mut event_types: Vec<&'static str> = SesEventType::ALL.iter().map(|t| t.as_str()).collect();
+    event_types.extend(sms::EVENT_TYPES);
+    obs.metrics.init_reconcile(&event_types);
+    let sms = (!rc.sms_status_log_groups.is_empty()).then(|| {
+        tokio::spawn(sms::run(
+            config.clone(),
+            store.clone(),
+            shutdown.clone(),
+            obs.clone(),
+        ))
+    });
+    match rc.queue_url.clone() {
+        Some(queue_url) => read_queue(&config, queue_url, &store, &mut shutdown, &obs).await,
+        None => shutdown.requested().await,
+    }
+    if let Some(sms) = sms {
+        // It stops at the same shutdown; its reads are idempotent, so no need to wait long.
+        let _ = tokio::time::timeout(Duration::from_secs(5), sms).await;
+    }
+    Ok(())
+}
+
+/// Reads the SES event queue until shutdown.
+async fn read_queue(config: &Config, queue_url: String, store: &Store, shutdown: &mut Shutdown, obs: &Obs) {
+    let rc = &config.reconcile;
     let reader = QueueReader::new(
         &config.aws_settings(),
         QueueSettings {
@@ -50,8 +71,6 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         },
     )
     .await;
-    let event_types: Vec<&'static str> = SesEventType::ALL.iter().map(|t| t.as_str()).collect();
-    obs.metrics.init_reconcile(&event_types);
     let schedule = Schedule::new(Duration::from_millis(200), Duration::from_secs(30));
     let stage = Stage {
         name: "reconcile",
@@ -64,7 +83,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         || reader.depth(),
         |_| herald_core::ErrorClass::Transient("sqs"),
         schedule,
-        Some(&mut shutdown),
+        Some(&mut *shutdown),
     )
     .await
     {
@@ -72,7 +91,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
             queue = reader.queue_url(),
             depth, "reconcile reading provider events"
         ),
-        Err(_) => return Ok(()),
+        Err(_) => return,
     }
     let mut totals = Totals::default();
     loop {
@@ -93,7 +112,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         if messages.is_empty() {
             continue;
         }
-        match handle(&reader, &store, &obs, &messages, &mut shutdown).await {
+        match handle(&reader, store, obs, &messages, shutdown).await {
             Ok(t) => totals.add(t),
             Err(Stopped) => break,
         }
@@ -104,9 +123,8 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         settled = totals.settled,
         suppressed = totals.suppressed,
         rejected = totals.rejected,
-        "reconcile stopped"
+        "reconcile stopped reading the event queue"
     );
-    Ok(())
 }
 
 #[derive(Default, Clone, Copy)]
@@ -129,7 +147,7 @@ impl Totals {
 }
 
 /// Shutdown was requested while a store was being retried: nothing was deleted.
-struct Stopped;
+pub(super) struct Stopped;
 
 /// Decodes, stores and deletes one received batch.
 async fn handle(
@@ -241,7 +259,7 @@ async fn handle(
 
 /// Stores events in one transaction, retrying transient failures. `None`: PostgreSQL
 /// refused them (a permanent class).
-async fn store_events(
+pub(super) async fn store_events(
     store: &Store,
     obs: &Obs,
     rows: &[ProviderEvent],
@@ -284,8 +302,27 @@ async fn keep_reject(
     why: &str,
     shutdown: &mut Shutdown,
 ) -> Result<bool, Stopped> {
-    warn!(message_id = %m.message_id, reason = why, receive_count = m.receive_count,
-          "queue message is not a provider event: kept with its reason, deleted from the queue");
+    debug!(message_id = %m.message_id, receive_count = m.receive_count, "queue message kept as a reject, then deleted");
+    keep(store, obs, SOURCE, &m.message_id, &m.body, why, shutdown).await
+}
+
+/// Keeps input that is not a provider event (`source`, its id there, the body) with its
+/// reason. Returns whether it was new.
+pub(super) async fn keep(
+    store: &Store,
+    obs: &Obs,
+    source: &str,
+    id: &str,
+    body: &str,
+    why: &str,
+    shutdown: &mut Shutdown,
+) -> Result<bool, Stopped> {
+    warn!(
+        source,
+        id,
+        reason = why,
+        "input that is not a provider event: kept with its reason, not read again"
+    );
     let stage = Stage {
         name: "reconcile",
         metrics: &obs.metrics,
@@ -296,7 +333,7 @@ async fn keep_reject(
         stage,
         || async {
             store
-                .reject_provider_message(SOURCE, &m.message_id, why, &m.body)
+                .reject_provider_message(source, id, why, body)
                 .await
                 .map_err(anyhow::Error::new)
         },
@@ -327,6 +364,7 @@ fn provider_event(e: &SesEvent) -> ProviderEvent {
         bounce_subtype: e.bounce_subtype.clone(),
         complaint_type: e.complaint_type.clone(),
         detail: e.detail.clone(),
+        price_usd: None,
         suppress: e.suppress.map(|reason| (reason, e.recipients.clone())),
     }
 }
