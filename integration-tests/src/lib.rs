@@ -237,6 +237,31 @@ channels = ["email", "sms"]
         Ok(env)
     }
 
+    /// A test's world whose SES and SNS calls go through a toxiproxy proxy of its own in
+    /// front of moto (for network faults), with `on_unknown` for both channels.
+    pub async fn behind_proxy(
+        name: &str,
+        extra_toml: &str,
+        on_unknown: &'static str,
+    ) -> Result<(Self, toxiproxy::Proxy)> {
+        let proxy = toxiproxy::Proxy::create(
+            &format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
+            moto::MOTO,
+        )
+        .await?;
+        let env = Self::with_options(
+            name,
+            extra_toml,
+            EnvOptions {
+                aws_endpoint: Some(proxy.url()),
+                on_unknown,
+                ..EnvOptions::default()
+            },
+        )
+        .await?;
+        Ok((env, proxy))
+    }
+
     /// Creates each topic named in `configs` with its configs, as `herald topics ensure`
     /// would (partitions, `min.insync.replicas`, compaction of seller profiles) plus these.
     async fn create_topics_with(&self, configs: &[(&'static str, &'static str, String)]) -> Result<()> {

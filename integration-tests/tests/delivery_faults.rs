@@ -6,30 +6,15 @@ use std::time::Duration;
 
 use anyhow::Result;
 use integration_tests::kafka::committed_lag;
-use integration_tests::moto::{emails_to, sms_to, MOTO};
+use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::UniqueSeller;
 use integration_tests::toxiproxy::Proxy;
-use integration_tests::{seed_orders, wait_for, EnvOptions, TestEnv};
+use integration_tests::{seed_orders, wait_for, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 async fn env_behind_proxy(name: &str, on_unknown: &'static str) -> Result<(TestEnv, Proxy)> {
-    let proxy = Proxy::create(
-        &format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
-        MOTO,
-    )
-    .await?;
-    let env = TestEnv::with_options(
-        name,
-        "",
-        EnvOptions {
-            aws_endpoint: Some(proxy.url()),
-            on_unknown,
-            ..EnvOptions::default()
-        },
-    )
-    .await?;
-    Ok((env, proxy))
+    TestEnv::behind_proxy(name, "", on_unknown).await
 }
 
 /// (outcome, after_unknown, error_category) of the attempts of one channel's intent.

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use integration_tests::moto::{emails_to, MOTO};
+use integration_tests::moto::emails_to;
 use integration_tests::samples::UniqueSeller;
 use integration_tests::ses_events::{ses_event, About, EventQueue, SmsStatusLogs};
 use integration_tests::toxiproxy::Proxy;
-use integration_tests::{seed_orders, wait_for, EnvOptions, TestEnv};
+use integration_tests::{seed_orders, wait_for, TestEnv};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -27,22 +27,7 @@ async fn env_behind_proxy(
     queue: &EventQueue,
     silence_secs: u64,
 ) -> Result<(TestEnv, Proxy)> {
-    let proxy = Proxy::create(
-        &format!("{name}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
-        MOTO,
-    )
-    .await?;
-    let env = TestEnv::with_options(
-        name,
-        &queue.config(silence_secs),
-        EnvOptions {
-            aws_endpoint: Some(proxy.url()),
-            on_unknown,
-            ..EnvOptions::default()
-        },
-    )
-    .await?;
-    Ok((env, proxy))
+    TestEnv::behind_proxy(name, &queue.config(silence_secs), on_unknown).await
 }
 
 /// The e-mail intent of `order`: (id in simple form, state, consent).
@@ -239,6 +224,65 @@ async fn an_unknown_email_is_settled_by_the_providers_events_and_sent_once() -> 
         )
         .await?;
     assert_eq!(stored, 0, "no address is stored with the evidence");
+    queue.delete().await;
+    proxy.delete().await?;
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_that_arrives_before_the_attempt_is_unknown_settles_it_when_the_window_ends() -> Result<()> {
+    let queue = EventQueue::create("early").await?;
+    // A short window, and attempts that wait 15 s for SES's answer: the event arrives
+    // while the worker still waits, before the attempt is recorded unknown.
+    let (env, proxy) = env_behind_proxy("early", "retry", &queue, 3).await?;
+    proxy.delay_responses().await?;
+    let slow = [
+        ("HERALD_AWS__ATTEMPT_TIMEOUT_MS", "15000"),
+        ("HERALD_DELIVERY__LEASE_SECS", "60"),
+    ];
+    let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &slow)?;
+    let _reconcile = env.spawn_roles("reconcile", "reconcile", &[DIRECT_TO_MOTO])?;
+    let seller = UniqueSeller::new();
+    seed_orders(&env, &seller, &["8351"]).await?;
+    let message_id = wait_for("SES received the e-mail", WAIT, || async {
+        Ok(emails_to(&seller.email)
+            .await?
+            .first()
+            .and_then(|m| m["id"].as_str().map(str::to_owned)))
+    })
+    .await?;
+    let (intent, state, _) = email_intent(&env, "8351").await?;
+    assert_eq!(state, "sending", "the worker still waits for SES's answer");
+    let about = About {
+        message_id: &message_id,
+        tags: Some((&intent, 1)),
+        recipient: &seller.email,
+    };
+    queue.publish(&ses_event("delivery", &about)?, false).await?;
+    env.wait_count(
+        "the event stored while the attempt is still started",
+        "SELECT count(*) FROM provider_events e JOIN notification_attempts a ON a.id = e.attempt_id
+          WHERE e.effect = 'recorded' AND a.outcome = 'started'",
+        1,
+        WAIT,
+    )
+    .await?;
+    env.wait_count(
+        "the intent accepted once its attempt is unknown and the window ends",
+        "SELECT count(*) FROM notification_intents WHERE channel = 'email' AND state = 'accepted'",
+        1,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        resolutions(&env).await?,
+        vec![("accepted".into(), "evidence".into(), true)],
+        "settled by the event that came first, not by the retry policy"
+    );
+    assert_eq!(email_attempts(&env).await?, vec![("unknown".into(), false)]);
+    proxy.remove_toxic("slow-responses").await?;
+    assert_eq!(emails_to(&seller.email).await?.len(), 1, "no resend");
     queue.delete().await;
     proxy.delete().await?;
     env.cleanup().await;

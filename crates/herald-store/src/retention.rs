@@ -187,25 +187,21 @@ impl RetentionSession {
     pub async fn delete_provider_events(&mut self, cutoff: NaiveDate, batch: i64) -> Result<u64> {
         // Failure policy: each statement its own transaction; a crash between them leaves
         // the rejects for the next pass.
-        // provider_events_received_idx
-        let events = self
-            .client
-            .execute(
-                "DELETE FROM provider_events WHERE id IN
-                    (SELECT id FROM provider_events WHERE received_at < $1::date ORDER BY received_at LIMIT $2)",
-                &[&cutoff, &batch],
-            )
-            .await?;
-        // provider_event_rejects_received_idx
-        let rejects = self
-            .client
-            .execute(
-                "DELETE FROM provider_event_rejects WHERE id IN
-                    (SELECT id FROM provider_event_rejects WHERE received_at < $1::date ORDER BY received_at LIMIT $2)",
-                &[&cutoff, &batch],
-            )
-            .await?;
-        Ok(events + rejects)
+        let mut removed = 0;
+        // provider_events_received_idx, provider_event_rejects_received_idx
+        for table in ["provider_events", "provider_event_rejects"] {
+            removed += self
+                .client
+                .execute(
+                    &format!(
+                        "DELETE FROM {table} WHERE id IN
+                            (SELECT id FROM {table} WHERE received_at < $1::date ORDER BY received_at LIMIT $2)"
+                    ),
+                    &[&cutoff, &batch],
+                )
+                .await?;
+        }
+        Ok(removed)
     }
 
     /// Purges the bodies of the next `batch` payloads created before `cutoff` after
