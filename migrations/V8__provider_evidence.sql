@@ -5,6 +5,13 @@
 --
 -- No recipient address and no content is stored here: events name their attempt, the SES
 -- message id and what happened; the suppression list holds destination digests.
+--
+-- Two indexes cover existing tables. On a large ledger build them first by hand, without
+-- blocking writes, and this migration then finds them in place (on a partitioned table,
+-- CONCURRENTLY per partition, then the parent):
+--   CREATE INDEX CONCURRENTLY IF NOT EXISTS notification_intents_awaiting_evidence_idx ...;
+--   CREATE INDEX IF NOT EXISTS notification_attempts_provider_message_idx ... (after each
+--   partition's own index was built CONCURRENTLY).
 
 -- One row per distinct provider event (SNS and SQS deliver at least once: duplicates
 -- converge on event_key). Append-only.
@@ -76,7 +83,7 @@ CREATE TABLE provider_log_cursors (
 
 -- Matching by message id, for events without Herald's tags. Hash: equality only, and the
 -- index entry does not grow with the id's length.
-CREATE INDEX notification_attempts_provider_message_idx
+CREATE INDEX IF NOT EXISTS notification_attempts_provider_message_idx
     ON notification_attempts USING hash (provider_message_id) WHERE provider_message_id IS NOT NULL;
 
 -- Who settled an `unknown` intent, and how: an operator (as before), the provider's
@@ -93,9 +100,12 @@ ALTER TABLE intent_resolutions
     ADD COLUMN provider_event_id bigint REFERENCES provider_events (id) ON DELETE SET NULL,
     ADD CONSTRAINT intent_resolutions_event_only_for_evidence
         CHECK (provider_event_id IS NULL OR settled_by = 'evidence');
+-- Retention deletes events (ON DELETE SET NULL looks for the rows naming each one).
+CREATE INDEX intent_resolutions_provider_event_idx
+    ON intent_resolutions (provider_event_id) WHERE provider_event_id IS NOT NULL;
 
 -- `unknown` intents waiting for evidence: next_attempt_at is when the silence window ends.
-CREATE INDEX notification_intents_awaiting_evidence_idx
+CREATE INDEX IF NOT EXISTS notification_intents_awaiting_evidence_idx
     ON notification_intents (next_attempt_at) WHERE state = 'unknown' AND next_attempt_at IS NOT NULL;
 
 -- The digest that names a destination on the suppression list: computed here only, so
@@ -128,6 +138,8 @@ CREATE TABLE suppressions (
                                          AND (lifted_at IS NULL) = (lift_reason IS NULL))
 );
 CREATE UNIQUE INDEX suppressions_live ON suppressions (channel, destination_digest) WHERE lifted_at IS NULL;
+-- Retention deletes events (ON DELETE SET NULL looks for the entries naming each one).
+CREATE INDEX suppressions_provider_event_idx ON suppressions (provider_event_id) WHERE provider_event_id IS NOT NULL;
 
 ALTER TABLE notification_payloads DROP CONSTRAINT notification_payloads_consent_check;
 ALTER TABLE notification_payloads ADD CONSTRAINT notification_payloads_consent_check CHECK (consent IN

@@ -586,6 +586,54 @@ async fn admin_api_shows_the_ledger_and_changes_nothing_without_the_token() -> R
     let (status, err) = admin_call(&admin, "POST", &resolve, Some(TOKEN), Some(&body)).await?;
     assert_eq!(status, 409, "{err}");
 
+    // The suppression list: as a bounce would put the seller's address on it (the row the
+    // reconcile role writes), listed by digest only, lifted only with the token.
+    env.db
+        .execute(
+            "INSERT INTO suppressions (channel, destination_digest, reason)
+             VALUES ('email', herald_destination_digest('email', $1), 'bounced')",
+            &[&seller.email],
+        )
+        .await?;
+    let (status, listed) = admin_call(&admin, "GET", "/v1/suppressions", None, None).await?;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["suppressions"].as_array().map(Vec::len), Some(1));
+    assert_eq!(listed["suppressions"][0]["reason"], "bounced");
+    assert!(
+        !listed.to_string().contains(&seller.email),
+        "digests only: {listed}"
+    );
+    let lift = json!({"channel": "email", "address": seller.email, "reason": "the seller fixed the mailbox"});
+    for token in [None, Some("wrong-token")] {
+        let (status, _) = admin_call(&admin, "POST", "/v1/suppressions/lift", token, Some(&lift)).await?;
+        assert_eq!(status, 401, "lift with token {token:?}");
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM suppressions WHERE lifted_at IS NULL")
+            .await?,
+        1,
+        "nothing lifted"
+    );
+    let both = json!({"channel": "email", "address": seller.email, "digest": "x", "reason": "r"});
+    let (status, _) = admin_call(&admin, "POST", "/v1/suppressions/lift", Some(TOKEN), Some(&both)).await?;
+    assert_eq!(status, 400, "one of address and digest");
+    let (status, lifted) =
+        admin_call(&admin, "POST", "/v1/suppressions/lift", Some(TOKEN), Some(&lift)).await?;
+    assert_eq!(
+        (status, lifted["lifted_by"].as_str()),
+        (200, Some("admin-api")),
+        "{lifted}"
+    );
+    let (status, _) = admin_call(&admin, "POST", "/v1/suppressions/lift", Some(TOKEN), Some(&lift)).await?;
+    assert_eq!(status, 404, "nothing left to lift");
+    let (_, listed) = admin_call(&admin, "GET", "/v1/suppressions", None, None).await?;
+    assert_eq!(listed["suppressions"].as_array().map(Vec::len), Some(0));
+    let (_, all) = admin_call(&admin, "GET", "/v1/suppressions?all=true", None, None).await?;
+    assert_eq!(
+        all["suppressions"][0]["lift_reason"],
+        "the seller fixed the mailbox"
+    );
+
     // The dead letter, listed, then replayed to its source and dead-lettered again.
     let dl = wait_for("the poison message dead-lettered", WAIT, || async {
         let (status, dl) = admin_call(&admin, "GET", "/v1/dead-letters", None, None).await?;
@@ -619,6 +667,8 @@ async fn admin_api_shows_the_ledger_and_changes_nothing_without_the_token() -> R
         "/v1/intents/{intent_id}",
         "/v1/intents/{intent_id}/resolve",
         "/v1/dead-letters/replay",
+        "/v1/suppressions",
+        "/v1/suppressions/lift",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} documented");
     }

@@ -231,11 +231,12 @@ async fn an_unknown_email_is_settled_by_the_providers_events_and_sent_once() -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_that_arrives_before_the_attempt_is_unknown_settles_it_when_the_window_ends() -> Result<()> {
+async fn an_event_that_arrives_before_the_attempt_is_unknown_settles_it_as_soon_as_it_is() -> Result<()> {
     let queue = EventQueue::create("early").await?;
-    // A short window, and attempts that wait 15 s for SES's answer: the event arrives
-    // while the worker still waits, before the attempt is recorded unknown.
-    let (env, proxy) = env_behind_proxy("early", "retry", &queue, 3).await?;
+    // Attempts that wait 15 s for SES's answer: the event arrives while the worker still
+    // waits, before the attempt is recorded unknown. A window longer than the test: the
+    // stored event settles the intent, not the window's end.
+    let (env, proxy) = env_behind_proxy("early", "retry", &queue, 3600).await?;
     proxy.delay_responses().await?;
     let slow = [
         ("HERALD_AWS__ATTEMPT_TIMEOUT_MS", "15000"),
@@ -269,7 +270,7 @@ async fn an_event_that_arrives_before_the_attempt_is_unknown_settles_it_when_the
     )
     .await?;
     env.wait_count(
-        "the intent accepted once its attempt is unknown and the window ends",
+        "the intent accepted once its attempt is unknown",
         "SELECT count(*) FROM notification_intents WHERE channel = 'email' AND state = 'accepted'",
         1,
         WAIT,
@@ -280,9 +281,83 @@ async fn an_event_that_arrives_before_the_attempt_is_unknown_settles_it_when_the
         vec![("accepted".into(), "evidence".into(), true)],
         "settled by the event that came first, not by the retry policy"
     );
+    assert_eq!(
+        env.count("SELECT count(*) FROM provider_events WHERE effect = 'settled'")
+            .await?,
+        1,
+        "the event says it settled the intent"
+    );
     assert_eq!(email_attempts(&env).await?, vec![("unknown".into(), false)]);
     proxy.remove_toxic("slow-responses").await?;
     assert_eq!(emails_to(&seller.email).await?.len(), 1, "no resend");
+    queue.delete().await;
+    proxy.delete().await?;
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_after_the_silence_scheduled_a_resend_cancels_the_resend() -> Result<()> {
+    let queue = EventQueue::create("late").await?;
+    let (env, proxy) = env_behind_proxy("lateevent", "retry", &queue, 2).await?;
+    proxy.delay_responses().await?;
+    // The resend waits at least 6 s (full jitter over a 60 s backoff): time for SES's event.
+    let slow_resend = [
+        ("HERALD_CHANNELS__EMAIL__BASE_BACKOFF_MS", "60000"),
+        ("HERALD_CHANNELS__EMAIL__MAX_BACKOFF_MS", "60000"),
+    ];
+    let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &slow_resend)?;
+    let seller = UniqueSeller::new();
+    seed_orders(&env, &seller, &["8361"]).await?;
+    env.wait_count(
+        "the silence sweep scheduled a resend",
+        "SELECT count(*) FROM notification_intents i JOIN intent_resolutions r ON r.intent_id = i.id
+          WHERE i.channel = 'email' AND i.state = 'retry_scheduled' AND r.settled_by = 'silence'",
+        1,
+        WAIT,
+    )
+    .await?;
+    let (intent, _, _) = email_intent(&env, "8361").await?;
+    let sent = emails_to(&seller.email).await?;
+    let message_id = sent[0]["id"].as_str().context("moto message id")?.to_owned();
+    let about = About {
+        message_id: &message_id,
+        tags: Some((&intent, 1)),
+        recipient: &seller.email,
+    };
+    queue.publish(&ses_event("delivery", &about)?, true).await?;
+    let _reconcile = env.spawn_roles("reconcile", "reconcile", &[DIRECT_TO_MOTO])?;
+    env.wait_count(
+        "the intent accepted before the resend",
+        "SELECT count(*) FROM notification_intents WHERE channel = 'email' AND state = 'accepted'",
+        1,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        resolutions(&env).await?,
+        vec![
+            ("retry".into(), "silence".into(), false),
+            ("accepted".into(), "evidence".into(), true)
+        ]
+    );
+    proxy.remove_toxic("slow-responses").await?;
+    // The resend's outbox row is still published: its claim finds the intent accepted.
+    env.wait_count(
+        "the resend's outbox row published and skipped",
+        "SELECT count(*) FROM outbox",
+        0,
+        WAIT,
+    )
+    .await?;
+    env.wait_lag_zero("herald-delivery", &["herald.deliveries"])
+        .await?;
+    assert_eq!(
+        email_attempts(&env).await?,
+        vec![("unknown".into(), false)],
+        "no resend"
+    );
+    assert_eq!(emails_to(&seller.email).await?.len(), 1);
     queue.delete().await;
     proxy.delete().await?;
     env.cleanup().await;

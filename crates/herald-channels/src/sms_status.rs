@@ -140,60 +140,51 @@ impl SmsStatusReader {
         }
     }
 
-    /// Records of `log_group` from `since_ms` on, oldest first, at most `max` (the rest are
-    /// read next time, from the newest returned). A group that does not exist yet (no SMS
-    /// delivered since logging was turned on) has no records.
-    pub async fn read(
+    /// One page of records of `log_group` from `since_ms` on (CloudWatch Logs pages by up
+    /// to 1 MB or 10,000 records), and the token of the next page, if any. A group that
+    /// does not exist yet (no SMS since logging was turned on) has no records.
+    pub async fn page(
         &self,
         log_group: &str,
         since_ms: i64,
-        max: usize,
-    ) -> Result<Vec<LogRecord>, LogsError> {
-        let mut records = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let out = self
-                .client
-                .filter_log_events()
-                .log_group_name(log_group)
-                .start_time(since_ms)
-                .set_next_token(token.take())
-                .send()
-                .await;
-            let out = match out {
-                Ok(o) => o,
-                Err(e) => {
-                    if e.as_service_error()
-                        .is_some_and(|s| s.is_resource_not_found_exception())
-                    {
-                        return Ok(records);
-                    }
-                    return Err(LogsError {
-                        operation: "FilterLogEvents",
-                        log_group: log_group.to_owned(),
-                        detail: DisplayErrorContext(&e).to_string(),
-                    });
-                }
-            };
-            for e in out.events.unwrap_or_default() {
-                if let (Some(event_id), Some(timestamp_ms), Some(message)) =
-                    (e.event_id, e.timestamp, e.message)
+        token: Option<String>,
+    ) -> Result<(Vec<LogRecord>, Option<String>), LogsError> {
+        let out = self
+            .client
+            .filter_log_events()
+            .log_group_name(log_group)
+            .start_time(since_ms)
+            .set_next_token(token)
+            .send()
+            .await;
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_resource_not_found_exception())
                 {
-                    records.push(LogRecord {
-                        event_id,
-                        timestamp_ms,
-                        message,
-                    });
+                    return Ok((Vec::new(), None));
                 }
+                return Err(LogsError {
+                    operation: "FilterLogEvents",
+                    log_group: log_group.to_owned(),
+                    detail: DisplayErrorContext(&e).to_string(),
+                });
             }
-            token = out.next_token;
-            if token.is_none() || records.len() >= max {
-                break;
-            }
-        }
-        records.sort_by_key(|r| r.timestamp_ms);
-        records.truncate(max);
-        Ok(records)
+        };
+        let records = out
+            .events
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|e| {
+                Some(LogRecord {
+                    event_id: e.event_id?,
+                    timestamp_ms: e.timestamp?,
+                    message: e.message?,
+                })
+            })
+            .collect();
+        Ok((records, out.next_token))
     }
 }
 

@@ -5,8 +5,9 @@
 //! Rules every statement here keeps:
 //! - evidence is append-only: an attempt recorded `unknown` stays `unknown`; the event is
 //!   stored beside it and the intent's resolution names the event;
-//! - only an intent in state `unknown`, not leased, is settled: an operator's resolution,
-//!   a late outcome or a newer attempt came first and wins;
+//! - only an intent in state `unknown`, not leased, is settled (or one whose resend the
+//!   silence sweep scheduled and no worker claimed yet): an operator's resolution, a late
+//!   outcome or a newer attempt came first and wins;
 //! - `accepted` from any attempt of the intent settles it (the provider had one of its
 //!   messages); `rejected` only from its newest attempt (an older refusal says nothing of
 //!   the newer send);
@@ -158,10 +159,11 @@ impl Store {
         Ok(n == 1)
     }
 
-    /// Decides up to `limit` `unknown` intents whose silence window has passed: evidence
-    /// stored meanwhile settles them; otherwise the channel's `on_unknown` policy does
-    /// (`hold`: stays `unknown` for an operator; `retry`: sent again), and the resolution
-    /// records that no evidence came.
+    /// Decides up to `limit` `unknown` intents waiting for evidence: one with evidence
+    /// stored (an event that arrived before its attempt was recorded `unknown`) is settled by
+    /// it at once; one whose silence window has passed without any goes to the channel's
+    /// `on_unknown` policy (`hold`: stays `unknown` for an operator; `retry`: sent again),
+    /// and the resolution records that no evidence came.
     ///
     /// Failure policy: one transaction; intents a record, a resolve or another sweeper
     /// holds are skipped and come back next pass. A crash before the commit changes
@@ -179,16 +181,22 @@ impl Store {
             let tries: i32 = r.get(2);
             let attempt_no: i32 = r.get(3);
             let waited: f64 = r.get(4);
+            let window_ended: bool = r.get(5);
             // Evidence that arrived before the attempt was recorded `unknown`.
             let stored = tx.prepare_cached(STORED_VERDICT).await?;
             if let Some(e) = tx.query_opt(&stored, &[&intent_id, &attempt_no]).await? {
                 let (event_id, attempt_id, verdict): (i64, Uuid, String) = (e.get(0), e.get(1), e.get(2));
+                let event_attempt_no: i32 = e.get(3);
                 let verdict = Verdict::parse(&verdict).ok_or_else(|| {
                     StoreError::Corrupt(format!("provider event {event_id}: verdict {verdict:?}"))
                 })?;
-                if settle(&tx, intent_id, attempt_id, event_id, verdict).await? {
+                if settle(&tx, intent_id, attempt_id, event_attempt_no, event_id, verdict).await? {
                     decided.push(Silence::Evidence(intent_id, channel, verdict));
                 }
+                continue;
+            }
+            if !window_ended {
+                // Stored evidence that does not settle it (a refusal of an older attempt).
                 continue;
             }
             let policy = policies
@@ -260,7 +268,13 @@ impl Store {
                  RETURNING s.id, s.channel, s.destination_digest, s.reason, s.provider_event_id,
                            (SELECT event_type FROM provider_events e WHERE e.id = s.provider_event_id),
                            s.created_at, s.lifted_at, s.lifted_by, s.lift_reason",
-                &[&channel.as_str(), &value, &is_address, &operator, &reason.trim()],
+                &[
+                    &channel.as_str(),
+                    &clean(value),
+                    &is_address,
+                    &clean(operator),
+                    &clean(reason.trim()),
+                ],
             )
             .await?;
         Ok(row.as_ref().map(suppression))
@@ -350,15 +364,7 @@ async fn apply(tx: &impl GenericClient, e: &ProviderEvent) -> Result<Applied> {
     if let (Some(intent), Some(attempt), Some(no), Some(verdict)) =
         (intent_id, attempt_id, attempt_no, e.verdict)
     {
-        // `rejected` speaks only for the newest attempt; `accepted` for any.
-        let newest = tx
-            .query_one(
-                "SELECT attempt_count = $2 FROM notification_intents WHERE id = $1",
-                &[&intent, &no],
-            )
-            .await?
-            .get::<_, bool>(0);
-        if (verdict == Verdict::Accepted || newest) && settle(tx, intent, attempt, id, verdict).await? {
+        if settle(tx, intent, attempt, no, id, verdict).await? {
             settled = Some((intent, verdict));
         }
     }
@@ -367,20 +373,19 @@ async fn apply(tx: &impl GenericClient, e: &ProviderEvent) -> Result<Applied> {
         let statement = tx.prepare_cached(SUPPRESS).await?;
         for address in addresses {
             suppressed += tx
-                .execute(&statement, &[&e.channel.as_str(), address, &reason.as_str(), &id])
+                .execute(
+                    &statement,
+                    &[&e.channel.as_str(), &clean(address), &reason.as_str(), &id],
+                )
                 .await?;
         }
     }
-    let effect = match (settled.is_some(), suppressed > 0) {
-        (false, false) => None,
-        (true, false) => Some("settled"),
-        (false, true) => Some("suppressed"),
-        (true, true) => Some("settled_suppressed"),
-    };
-    if let Some(effect) = effect {
+    if suppressed > 0 {
         tx.execute(
-            "UPDATE provider_events SET effect = $2 WHERE id = $1",
-            &[&id, &effect],
+            "UPDATE provider_events SET effect = CASE effect WHEN 'settled' THEN 'settled_suppressed'
+                                                        ELSE 'suppressed' END
+              WHERE id = $1",
+            &[&id],
         )
         .await?;
     }
@@ -413,28 +418,38 @@ async fn match_attempt(
     // notification_attempts_provider_message_idx
     let statement = tx.prepare_cached(ATTEMPT_BY_MESSAGE_ID).await?;
     Ok(tx
-        .query_opt(&statement, &[&e.provider_message_id])
+        .query_opt(&statement, &[&clean(&e.provider_message_id)])
         .await?
         .map(|r| (r.get(0), r.get(1), MatchedBy::MessageId, r.get(2))))
 }
 
-/// Settles an `unknown`, unleased intent from an event (which the resolution names).
-/// Returns false if the intent was not `unknown` any more (a resolution came first).
+/// Settles an `unknown`, unleased intent from an event about its attempt `attempt_no`
+/// (the resolution names the event, and the event says it settled). Returns false if the
+/// intent was not `unknown` any more (a resolution came first), or the event refuses an
+/// older attempt than the newest.
 async fn settle(
     tx: &impl GenericClient,
     intent: Uuid,
     attempt: Uuid,
+    attempt_no: i32,
     event_id: i64,
     verdict: Verdict,
 ) -> Result<bool> {
     let statement = tx.prepare_cached(SETTLE).await?;
-    let n = tx
-        .execute(
+    let rows = tx
+        .query(
             &statement,
-            &[&intent, &verdict.as_str(), &attempt, &event_id, &RECONCILER],
+            &[
+                &intent,
+                &verdict.as_str(),
+                &attempt,
+                &event_id,
+                &RECONCILER,
+                &attempt_no,
+            ],
         )
         .await?;
-    Ok(n == 1)
+    Ok(!rows.is_empty())
 }
 
 const ATTEMPT_BY_TAGS: &str =
@@ -452,32 +467,48 @@ const INSERT_EVENT: &str = "INSERT INTO provider_events
      ON CONFLICT (event_key) DO NOTHING
      RETURNING id";
 
-/// Moves the intent (notification_intents_pkey, locked) only while it is `unknown` and no
-/// worker holds it, and records the resolution naming the event, in one statement.
+/// Moves the intent (notification_intents_pkey, locked) only while it is `unknown`, no
+/// worker holds it, and the event speaks for it (`accepted` from any attempt, `rejected`
+/// from the newest: checked on the locked row, so a newer attempt claimed meanwhile is
+/// seen); records the resolution naming the event and marks the event, in one statement.
+/// Also an `accepted` that comes after the silence sweep scheduled a resend of this very
+/// attempt and before the resend was claimed: the resend would be a duplicate (its outbox
+/// row stays; the claim finds the intent accepted and skips it). Never after an operator's
+/// decision: the last resolution must be the silence sweep's, about this attempt.
 const SETTLE: &str = "WITH moved AS (
-        UPDATE notification_intents
+        UPDATE notification_intents i
            SET state = $2, next_attempt_at = NULL, updated_at = now()
-         WHERE id = $1 AND state = 'unknown' AND lease_attempt_id IS NULL
-        RETURNING id
+         WHERE i.id = $1 AND i.lease_attempt_id IS NULL
+           AND ((i.state = 'unknown' AND ($2 = 'accepted' OR i.attempt_count = $6))
+                OR (i.state = 'retry_scheduled' AND $2 = 'accepted' AND i.attempt_count = $6
+                    AND (SELECT r.settled_by = 'silence' AND r.attempt_id = $3
+                           FROM intent_resolutions r WHERE r.intent_id = i.id ORDER BY r.id DESC LIMIT 1)))
+        RETURNING i.id
+     ), resolved AS (
+        INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator, settled_by, attempt_id, provider_event_id)
+        SELECT id, $2, 'the provider''s event settled the unknown attempt', $5, 'evidence', $3, $4 FROM moved
      )
-     INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator, settled_by, attempt_id, provider_event_id)
-     SELECT id, $2, 'the provider''s event settled the unknown attempt', $5, 'evidence', $3, $4 FROM moved";
+     UPDATE provider_events SET effect = CASE effect WHEN 'suppressed' THEN 'settled_suppressed' ELSE 'settled' END
+      WHERE id = $4 AND EXISTS (SELECT 1 FROM moved)
+     RETURNING id";
 
-/// `unknown` intents whose silence window has passed (notification_intents_awaiting_evidence_idx),
-/// with the attempts that count against max_attempts, the newest attempt and how long it
-/// waited. Intents another transaction holds are skipped.
-const SILENT_DUE: &str = "SELECT id, channel, attempt_count - unsent_attempts, attempt_count,
-            extract(epoch FROM now() - updated_at)::float8
-       FROM notification_intents
-      WHERE state = 'unknown' AND next_attempt_at IS NOT NULL AND next_attempt_at <= now()
-        AND lease_attempt_id IS NULL
-      ORDER BY next_attempt_at
+/// `unknown` intents waiting for evidence (notification_intents_awaiting_evidence_idx)
+/// whose window has passed or that have evidence stored (provider_events_intent_idx), with
+/// the attempts that count against max_attempts, the newest attempt, how long it waited and
+/// whether the window has passed. Intents another transaction holds are skipped.
+const SILENT_DUE: &str = "SELECT i.id, i.channel, i.attempt_count - i.unsent_attempts, i.attempt_count,
+            extract(epoch FROM now() - i.updated_at)::float8, i.next_attempt_at <= now()
+       FROM notification_intents i
+      WHERE i.state = 'unknown' AND i.next_attempt_at IS NOT NULL AND i.lease_attempt_id IS NULL
+        AND (i.next_attempt_at <= now()
+             OR EXISTS (SELECT 1 FROM provider_events e WHERE e.intent_id = i.id AND e.verdict IS NOT NULL))
+      ORDER BY i.next_attempt_at
       LIMIT $1
-      FOR UPDATE SKIP LOCKED";
+      FOR UPDATE OF i SKIP LOCKED";
 
 /// Evidence already stored for the intent (provider_events_intent_idx): an acceptance of
 /// any attempt, else a refusal of the newest.
-const STORED_VERDICT: &str = "SELECT e.id, e.attempt_id, e.verdict FROM provider_events e
+const STORED_VERDICT: &str = "SELECT e.id, e.attempt_id, e.verdict, a.attempt_no FROM provider_events e
        JOIN notification_attempts a ON a.id = e.attempt_id
       WHERE e.intent_id = $1 AND e.attempt_id IS NOT NULL
         AND (e.verdict = 'accepted' OR (e.verdict = 'rejected' AND a.attempt_no = $2))

@@ -223,7 +223,8 @@ impl Metrics {
                 .u64_counter("herald_unknown_settled")
                 .with_description(
                     "Unknown intents settled, by channel, by whom (evidence: the provider's event; silence: the \
-                     on_unknown policy once no event came; operator: intent resolve) and as what",
+                     on_unknown policy once no event came; operator: through the admin API, not counted for \
+                     `herald intent resolve` run as a command) and as what",
                 )
                 .build(),
             gauges,

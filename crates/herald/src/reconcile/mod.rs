@@ -164,8 +164,10 @@ async fn handle(
         match decode_queue_body(&m.body) {
             Ok(QueueBody::Event(e)) => events.push((m, *e)),
             Ok(QueueBody::Ignored(what)) => {
-                debug!(message_id = %m.message_id, what, "queue message ignored");
-                obs.metrics.provider_message("ignored");
+                // Kept too: an SNS subscription confirmation carries the SubscribeURL that
+                // a cross-account subscription needs an operator to visit.
+                let why = format!("not an event, ignored: {what}");
+                keep(store, obs, queue_input(m), &why, "ignored", shutdown).await?;
                 done.push(m);
             }
             Err(why) => {
@@ -303,20 +305,35 @@ async fn keep_reject(
     shutdown: &mut Shutdown,
 ) -> Result<bool, Stopped> {
     debug!(message_id = %m.message_id, receive_count = m.receive_count, "queue message kept as a reject, then deleted");
-    keep(store, obs, SOURCE, &m.message_id, &m.body, why, shutdown).await
+    keep(store, obs, queue_input(m), why, "rejected", shutdown).await
 }
 
-/// Keeps input that is not a provider event (`source`, its id there, the body) with its
-/// reason. Returns whether it was new.
+fn queue_input(m: &QueueMessage) -> Input<'_> {
+    Input {
+        source: SOURCE,
+        id: &m.message_id,
+        body: &m.body,
+    }
+}
+
+/// Input that is not a provider event: where it came from, its id there, its body.
+pub(super) struct Input<'a> {
+    pub source: &'a str,
+    pub id: &'a str,
+    pub body: &'a str,
+}
+
+/// Keeps input that is not a provider event with its reason (counted as `result`:
+/// `rejected`, or `ignored` for what is no error). Returns whether it was new.
 pub(super) async fn keep(
     store: &Store,
     obs: &Obs,
-    source: &str,
-    id: &str,
-    body: &str,
+    input: Input<'_>,
     why: &str,
+    result: &'static str,
     shutdown: &mut Shutdown,
 ) -> Result<bool, Stopped> {
+    let Input { source, id, body } = input;
     warn!(
         source,
         id,
@@ -343,7 +360,7 @@ pub(super) async fn keep(
     )
     .await
     .map_err(|_| Stopped)?;
-    obs.metrics.provider_message("rejected");
+    obs.metrics.provider_message(result);
     Ok(kept)
 }
 

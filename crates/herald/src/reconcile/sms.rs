@@ -21,7 +21,7 @@ use herald_store::evidence::{Applied, ProviderEvent};
 use herald_store::Store;
 use tracing::{info, warn};
 
-use super::{keep, store_events, Stopped};
+use super::{keep, store_events, Input, Stopped};
 use crate::config::Config;
 use crate::obs::Obs;
 use crate::shutdown::Shutdown;
@@ -29,8 +29,6 @@ use crate::shutdown::Shutdown;
 /// The event types an SMS delivery status is stored as.
 pub const EVENT_TYPES: [&str; 2] = ["delivered", "failed"];
 
-/// Records read per group per poll; the rest are read next poll, from the newest stored.
-const READ_MAX: usize = 5_000;
 /// Events per transaction.
 const STORE_CHUNK: usize = 100;
 
@@ -78,17 +76,28 @@ async fn poll(
         Some(at) => at - chrono::Duration::seconds(rc.sms_status_overlap_secs as i64),
         None => Utc::now() - chrono::Duration::seconds(rc.sms_status_lookback_secs as i64),
     };
-    let records = match reader.read(group, since.timestamp_millis(), READ_MAX).await {
-        Ok(r) => r,
-        Err(e) => {
-            warn!(error = %e, "SMS delivery status not read; trying again next poll");
-            return Ok(0);
+    // Every page to the end: each is stored and moves the cursor before the next is read,
+    // so a poll cut short (shutdown, a failed read) resumes from what it stored, and the
+    // overlap read again never holds the cursor back however many records it has.
+    let mut read = 0;
+    let mut token = None;
+    loop {
+        let (records, next) = match reader.page(group, since.timestamp_millis(), token).await {
+            Ok(page) => page,
+            Err(e) => {
+                warn!(error = %e, "SMS delivery status not read; trying again next poll");
+                return Ok(read);
+            }
+        };
+        read += records.len();
+        for chunk in records.chunks(STORE_CHUNK) {
+            store_chunk(store, obs, group, &source, chunk, shutdown).await?;
         }
-    };
-    for chunk in records.chunks(STORE_CHUNK) {
-        store_chunk(store, obs, group, &source, chunk, shutdown).await?;
+        match next {
+            Some(t) if !shutdown.is_requested() => token = Some(t),
+            _ => return Ok(read),
+        }
     }
-    Ok(records.len())
 }
 
 async fn store_chunk(
@@ -99,32 +108,37 @@ async fn store_chunk(
     chunk: &[LogRecord],
     shutdown: &mut Shutdown,
 ) -> Result<(), Stopped> {
-    let mut events = Vec::with_capacity(chunk.len());
+    // Each decoded record with its event: a record PostgreSQL refuses is kept as itself.
+    let mut decoded: Vec<(&LogRecord, ProviderEvent)> = Vec::with_capacity(chunk.len());
     for r in chunk {
         match decode_sms_status(group, &r.event_id, &r.message) {
-            Ok(s) => events.push(ProviderEvent {
-                key: s.key.clone(),
-                channel: Channel::Sms,
-                event_type: s.event_type().to_owned(),
-                provider_message_id: s.message_id.clone(),
-                occurred_at: s.occurred_at,
-                intent_tag: None,
-                attempt_tag: None,
-                // Delivered or not, SNS had the message.
-                verdict: Some(Verdict::Accepted),
-                bounce_type: None,
-                bounce_subtype: None,
-                complaint_type: None,
-                detail: s.provider_response.clone(),
-                price_usd: s.price_usd,
-                suppress: None,
-            }),
+            Ok(s) => decoded.push((
+                r,
+                ProviderEvent {
+                    key: s.key.clone(),
+                    channel: Channel::Sms,
+                    event_type: s.event_type().to_owned(),
+                    provider_message_id: s.message_id.clone(),
+                    occurred_at: s.occurred_at,
+                    intent_tag: None,
+                    attempt_tag: None,
+                    // Delivered or not, SNS had the message.
+                    verdict: Some(Verdict::Accepted),
+                    bounce_type: None,
+                    bounce_subtype: None,
+                    complaint_type: None,
+                    detail: s.provider_response.clone(),
+                    price_usd: s.price_usd,
+                    suppress: None,
+                },
+            )),
             Err(why) => {
-                keep(store, obs, source, &r.event_id, &r.message, &why.0, shutdown).await?;
+                keep(store, obs, record_input(source, r), &why.0, "rejected", shutdown).await?;
             }
         }
     }
-    if !events.is_empty() {
+    if !decoded.is_empty() {
+        let events: Vec<ProviderEvent> = decoded.iter().map(|(_, e)| e.clone()).collect();
         match store_events(store, obs, &events, shutdown).await? {
             Some(applied) => {
                 for (e, a) in events.iter().zip(applied) {
@@ -143,13 +157,13 @@ async fn store_chunk(
             }
             None => {
                 // PostgreSQL refused one of them: one by one, the refused one kept aside.
-                for (e, r) in events.iter().zip(chunk) {
+                for (r, e) in &decoded {
                     if store_events(store, obs, std::slice::from_ref(e), shutdown)
                         .await?
                         .is_none()
                     {
                         let why = "PostgreSQL refused the record's data (see the log)";
-                        keep(store, obs, source, &r.event_id, &r.message, why, shutdown).await?;
+                        keep(store, obs, record_input(source, r), why, "rejected", shutdown).await?;
                     }
                 }
             }
@@ -163,4 +177,12 @@ async fn store_chunk(
         }
     }
     Ok(())
+}
+
+fn record_input<'a>(source: &'a str, r: &'a LogRecord) -> Input<'a> {
+    Input {
+        source,
+        id: &r.event_id,
+        body: &r.message,
+    }
 }
