@@ -674,3 +674,89 @@ async fn sms_delivery_status_from_cloudwatch_logs_is_stored_with_the_accepted_at
     env.cleanup().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_event_type_travels_both_envelope_forms_and_is_stored_once() -> Result<()> {
+    let queue = EventQueue::create("types").await?;
+    let env = TestEnv::new("eventtypes", &queue.config(600)).await?;
+    let _reconcile = env.spawn_roles("reconcile", "reconcile", &[])?;
+    // (fixture, the type it is stored as): AWS's documented examples, one per type, a
+    // transient bounce, and a bounce as a configuration-set-less feedback notification.
+    let fixtures = [
+        ("send", "send"),
+        ("delivery", "delivery"),
+        ("bounce", "bounce"),
+        ("bounce-transient", "bounce"),
+        ("notification-bounce", "bounce"),
+        ("complaint", "complaint"),
+        ("reject", "reject"),
+        ("rendering-failure", "rendering_failure"),
+        ("delivery-delay", "delivery_delay"),
+        ("open", "open"),
+        ("click", "click"),
+        ("subscription", "subscription"),
+    ];
+    for (i, (fixture, _)) in fixtures.iter().enumerate() {
+        for raw in [false, true] {
+            let message_id = format!("0100-types-{i}-{raw}");
+            let record = ses_event(
+                fixture,
+                &About {
+                    message_id: &message_id,
+                    tags: None,
+                    recipient: &format!("r{i}@types.example"),
+                },
+            )?;
+            queue.publish(&record, raw).await?;
+            // SNS and SQS deliver at least once: a copy converges.
+            if i == 0 {
+                queue.publish(&record, raw).await?;
+            }
+        }
+    }
+    env.wait_count(
+        "every record stored once",
+        "SELECT count(*) FROM provider_events",
+        (fixtures.len() * 2) as i64,
+        WAIT,
+    )
+    .await?;
+    wait_drained(&queue).await?;
+    for (fixture, stored_as) in fixtures {
+        let n = env
+            .count(&format!(
+                "SELECT count(*) FROM provider_events WHERE event_type = '{stored_as}'"
+            ))
+            .await?;
+        let expected = fixtures.iter().filter(|f| f.1 == stored_as).count() as i64 * 2;
+        assert_eq!(n, expected, "{fixture} stored as {stored_as}");
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM provider_events").await?,
+        24,
+        "the copies converged"
+    );
+    assert_eq!(env.count("SELECT count(*) FROM provider_event_rejects").await?, 0);
+    // The permanent bounces (event and feedback notification) and the complaint, each in
+    // both forms about one address: one entry per address.
+    assert_eq!(
+        env.count("SELECT count(*) FROM suppressions WHERE reason = 'bounced'")
+            .await?,
+        2
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM suppressions WHERE reason = 'complained'")
+            .await?,
+        1
+    );
+    let verdicts = env
+        .count("SELECT count(*) FROM provider_events WHERE verdict IS NULL")
+        .await?;
+    assert_eq!(
+        verdicts, 6,
+        "open, click and subscription say nothing of the attempt"
+    );
+    queue.delete().await;
+    env.cleanup().await;
+    Ok(())
+}
