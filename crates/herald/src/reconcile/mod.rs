@@ -72,10 +72,7 @@ async fn read_queue(config: &Config, queue_url: String, store: &Store, shutdown:
     )
     .await;
     let schedule = Schedule::new(Duration::from_millis(200), Duration::from_secs(30));
-    let stage = Stage {
-        name: "reconcile",
-        metrics: &obs.metrics,
-    };
+    let stage = stage(obs);
     // Also the start-up check that the queue exists and may be read; retried like any
     // receive (the queue may be created after Herald starts).
     match run_with_retries(
@@ -146,6 +143,14 @@ impl Totals {
     }
 }
 
+/// The retry stage of every store and SQS call of the role.
+fn stage(obs: &Obs) -> Stage<'_> {
+    Stage {
+        name: "reconcile",
+        metrics: &obs.metrics,
+    }
+}
+
 /// Shutdown was requested while a store was being retried: nothing was deleted.
 pub(super) struct Stopped;
 
@@ -180,28 +185,9 @@ async fn handle(
     }
     if !events.is_empty() {
         let rows: Vec<ProviderEvent> = events.iter().map(|(_, e)| provider_event(e)).collect();
-        // One transaction for the batch. A permanent failure (PostgreSQL refused an
-        // event's data) is narrowed down to the event, which is kept as a reject: one bad
-        // message never blocks the queue, and a healthy one is never dropped with it.
-        let applied = match store_events(store, obs, &rows, shutdown).await? {
-            Some(applied) => applied.into_iter().map(Some).collect::<Vec<_>>(),
-            None => {
-                let mut one_by_one = Vec::with_capacity(rows.len());
-                for ((m, _), row) in events.iter().zip(&rows) {
-                    match store_events(store, obs, std::slice::from_ref(row), shutdown).await? {
-                        Some(mut a) => one_by_one.push(a.pop()),
-                        None => {
-                            let why = "PostgreSQL refused the event's data (see the log)";
-                            if keep_reject(store, obs, m, why, shutdown).await? {
-                                totals.rejected += 1;
-                            }
-                            one_by_one.push(None);
-                        }
-                    }
-                }
-                one_by_one
-            }
-        };
+        let inputs: Vec<Input<'_>> = events.iter().map(|(m, _)| queue_input(m)).collect();
+        let (applied, kept) = store_isolating(store, obs, &inputs, &rows, shutdown).await?;
+        totals.rejected += kept;
         for (((m, e), row), applied) in events.iter().zip(&rows).zip(applied) {
             done.push(m);
             let Some(applied) = applied else { continue };
@@ -261,16 +247,13 @@ async fn handle(
 
 /// Stores events in one transaction, retrying transient failures. `None`: PostgreSQL
 /// refused them (a permanent class).
-pub(super) async fn store_events(
+async fn store_events(
     store: &Store,
     obs: &Obs,
     rows: &[ProviderEvent],
     shutdown: &mut Shutdown,
 ) -> Result<Option<Vec<Applied>>, Stopped> {
-    let stage = Stage {
-        name: "reconcile",
-        metrics: &obs.metrics,
-    };
+    let stage = stage(obs);
     let schedule = Schedule::new(Duration::from_millis(100), Duration::from_secs(30));
     match run_with_retries(
         stage,
@@ -295,6 +278,37 @@ pub(super) async fn store_events(
     }
 }
 
+/// Stores `events` (read from `inputs`, in the same order) in one transaction. A batch
+/// PostgreSQL refuses (a permanent class) is narrowed down to the event, which is kept as
+/// a reject with its input and answers `None`: one bad input never blocks the rest, and a
+/// healthy one is never dropped with it. Also returns how many rejects were new.
+pub(super) async fn store_isolating(
+    store: &Store,
+    obs: &Obs,
+    inputs: &[Input<'_>],
+    events: &[ProviderEvent],
+    shutdown: &mut Shutdown,
+) -> Result<(Vec<Option<Applied>>, u64), Stopped> {
+    if let Some(applied) = store_events(store, obs, events, shutdown).await? {
+        return Ok((applied.into_iter().map(Some).collect(), 0));
+    }
+    let mut one_by_one = Vec::with_capacity(events.len());
+    let mut kept = 0;
+    for (input, event) in inputs.iter().zip(events) {
+        match store_events(store, obs, std::slice::from_ref(event), shutdown).await? {
+            Some(mut a) => one_by_one.push(a.pop()),
+            None => {
+                let why = "PostgreSQL refused the event's data (see the log)";
+                if keep(store, obs, *input, why, "rejected", shutdown).await? {
+                    kept += 1;
+                }
+                one_by_one.push(None);
+            }
+        }
+    }
+    Ok((one_by_one, kept))
+}
+
 /// Keeps a message that is not a provider event, with its reason, so that it can be
 /// deleted. Returns whether it was new (not a redelivery).
 async fn keep_reject(
@@ -317,6 +331,7 @@ fn queue_input(m: &QueueMessage) -> Input<'_> {
 }
 
 /// Input that is not a provider event: where it came from, its id there, its body.
+#[derive(Clone, Copy)]
 pub(super) struct Input<'a> {
     pub source: &'a str,
     pub id: &'a str,
@@ -340,10 +355,7 @@ pub(super) async fn keep(
         reason = why,
         "input that is not a provider event: kept with its reason, not read again"
     );
-    let stage = Stage {
-        name: "reconcile",
-        metrics: &obs.metrics,
-    };
+    let stage = stage(obs);
     let schedule = Schedule::new(Duration::from_millis(100), Duration::from_secs(30));
     // Herald's own row, cleaned of what PostgreSQL refuses: every failure is retried.
     let kept = run_with_retries(

@@ -21,7 +21,7 @@ use herald_store::evidence::{Applied, ProviderEvent};
 use herald_store::Store;
 use tracing::{info, warn};
 
-use super::{keep, store_events, Input, Stopped};
+use super::{keep, store_isolating, Input, Stopped};
 use crate::config::Config;
 use crate::obs::Obs;
 use crate::shutdown::Shutdown;
@@ -138,35 +138,22 @@ async fn store_chunk(
         }
     }
     if !decoded.is_empty() {
-        let events: Vec<ProviderEvent> = decoded.iter().map(|(_, e)| e.clone()).collect();
-        match store_events(store, obs, &events, shutdown).await? {
-            Some(applied) => {
-                for (e, a) in events.iter().zip(applied) {
-                    let t = if e.event_type == "delivered" {
-                        "delivered"
-                    } else {
-                        "failed"
-                    };
-                    let outcome = match a {
-                        Applied::Duplicate => "duplicate",
-                        Applied::Stored { matched: Some(_), .. } => "matched",
-                        Applied::Stored { matched: None, .. } => "unmatched",
-                    };
-                    obs.metrics.provider_event(t, outcome);
-                }
-            }
-            None => {
-                // PostgreSQL refused one of them: one by one, the refused one kept aside.
-                for (r, e) in &decoded {
-                    if store_events(store, obs, std::slice::from_ref(e), shutdown)
-                        .await?
-                        .is_none()
-                    {
-                        let why = "PostgreSQL refused the record's data (see the log)";
-                        keep(store, obs, record_input(source, r), why, "rejected", shutdown).await?;
-                    }
-                }
-            }
+        let inputs: Vec<Input<'_>> = decoded.iter().map(|(r, _)| record_input(source, r)).collect();
+        let events: Vec<ProviderEvent> = decoded.into_iter().map(|(_, e)| e).collect();
+        let (applied, _) = store_isolating(store, obs, &inputs, &events, shutdown).await?;
+        for (e, a) in events.iter().zip(applied) {
+            let t = if e.event_type == "delivered" {
+                "delivered"
+            } else {
+                "failed"
+            };
+            let outcome = match a {
+                None => continue,
+                Some(Applied::Duplicate) => "duplicate",
+                Some(Applied::Stored { matched: Some(_), .. }) => "matched",
+                Some(Applied::Stored { matched: None, .. }) => "unmatched",
+            };
+            obs.metrics.provider_event(t, outcome);
         }
     }
     // Committed: the cursor may move past them. A crash before this reads them again.
