@@ -760,3 +760,46 @@ async fn every_documented_event_type_travels_both_envelope_forms_and_is_stored_o
     env.cleanup().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_database_refuses_is_kept_aside_and_the_rest_are_stored() -> Result<()> {
+    let queue = EventQueue::create("refused").await?;
+    let env = TestEnv::new("refusedevent", &queue.config(600)).await?;
+    // A constraint of this test's own database refuses one event's data (SQLSTATE 23514),
+    // as a value PostgreSQL cannot take would.
+    env.db
+        .batch_execute(
+            "ALTER TABLE provider_events ADD CONSTRAINT it_refuses_one
+                 CHECK (provider_message_id <> '0100-refused')",
+        )
+        .await?;
+    for id in ["0100-before", "0100-refused", "0100-after"] {
+        let about = About {
+            message_id: id,
+            tags: None,
+            recipient: "someone@refused.example",
+        };
+        queue.publish(&ses_event("delivery", &about)?, true).await?;
+    }
+    let _reconcile = env.spawn_roles("reconcile", "reconcile", &[DIRECT_TO_MOTO])?;
+    wait_drained(&queue).await?;
+    env.wait_count(
+        "the refused event kept with its reason",
+        "SELECT count(*) FROM provider_event_rejects WHERE reason LIKE 'PostgreSQL refused%'
+            AND body_prefix LIKE '%0100-refused%'",
+        1,
+        WAIT,
+    )
+    .await?;
+    assert_eq!(
+        env.count(
+            "SELECT count(*) FROM provider_events WHERE provider_message_id IN ('0100-before', '0100-after')"
+        )
+        .await?,
+        2,
+        "the healthy events around it are stored"
+    );
+    queue.delete().await;
+    env.cleanup().await;
+    Ok(())
+}
