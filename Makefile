@@ -1,7 +1,7 @@
 # Herald: `make demo` runs the main job on the local stack, `make test` runs every check.
 # Both install what is missing (build tools, Kafka jars, PostgreSQL, moto, toxiproxy,
-# Jaeger) and start the local stack when it is not running; each check's own tool (rustfmt,
-# clippy, promtool, cargo-deny, cargo-fuzz) is installed by the target that runs it
+# Jaeger, Zipkin) and start the local stack when it is not running; each check's own tool (rustfmt,
+# clippy, promtool, cargo-deny, cargo-fuzz, the trace UI test's browser) is installed by the target that runs it
 # (deploy/local/tool.sh), so `make demo` installs only what the demo uses. See README.md.
 
 SHELL := /bin/bash
@@ -15,8 +15,9 @@ LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 TOOL         := $(LOCAL)/tool.sh
 # The local stack's components that `stack-up` starts; `make run` needs no toxiproxy (the
-# tests' network faults; the demo uses it once, to make one e-mail `unknown`).
-STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka
+# tests' network faults; the demo uses it once, to make one e-mail `unknown`). Zipkin is the
+# trace UI: Jaeger's collector feeds it through Kafka.
+STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka zipkin
 
 .PHONY: help deps build lint fmt-check clippy rules deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate
@@ -24,7 +25,7 @@ STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka
 help:
 	@echo "make demo          bring the local stack up and run Herald on sample orders"
 	@echo "make test          fmt check, clippy -D warnings, unit and integration tests"
-	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL, moto, toxiproxy and Jaeger"
+	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL, moto, toxiproxy, Jaeger and Zipkin"
 	@echo "make run           herald run (ingest, relay, deliver) on the local stack (foreground)"
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
 	@echo "make deny          cargo deny: licenses, bans and sources (part of make test)"
@@ -64,8 +65,10 @@ rules:
 	@cd deploy/prometheus && promtool test rules alerts.test.yml
 
 # One cargo invocation for unit and integration tests: one feature set, one build. The
-# integration tests (and herald-channels' moto tests) need the local stack.
+# integration tests (and herald-channels' moto tests) need the local stack; the trace UI
+# test needs a browser (chromium, playwright-core).
 test-all: build stack-up
+	@$(TOOL) browser
 	@echo "test: unit tests, and integration tests against the local stack"
 	@HERALD_BIN=$(CURDIR)/$(HERALD) $(CARGO) test --workspace --no-fail-fast $(FEATURES) -- --test-threads=4
 
@@ -124,7 +127,7 @@ topics: build stack-up
 templates: migrate
 	@$(LOCAL)/publish-templates.sh $(HERALD) $(LOCAL_CONFIG)
 
-run: STACK_COMPONENTS = postgres moto jaeger kafka
+run: STACK_COMPONENTS = postgres moto jaeger kafka zipkin
 run: migrate topics templates
 	@$(HERALD) --config $(LOCAL_CONFIG) run --roles ingest,relay,deliver
 
@@ -166,6 +169,6 @@ bench-quick: bench-build stack-up
 	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench --quick --out bench/results/quick
 	@$(LOCAL)/bench-plot.sh bench/results/quick/latest.json bench/results/quick
 
-demo: STACK_COMPONENTS = postgres moto toxiproxy jaeger kafka
+demo: STACK_COMPONENTS = postgres moto toxiproxy jaeger kafka zipkin
 demo: migrate topics templates
 	@$(LOCAL)/demo.sh $(HERALD) $(LOCAL_CONFIG)

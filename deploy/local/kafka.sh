@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Local single-node Kafka (KRaft broker+controller) on 127.0.0.1:19092 (controller 19093).
-# usage: deploy/local/kafka.sh install|start|stop|status|restart
+# usage: deploy/local/kafka.sh install|start|stop|status|restart|topic NAME [PARTITIONS]
+#   topic  create NAME on the running broker unless it exists (auto-creation is off): the
+#          stack's own topics, such as the one Jaeger writes spans to for Zipkin
 # Jars come from Maven (deploy/local/kafka/pom.xml) into .local/kafka/libs; data in .local/kafka/data.
 set -euo pipefail
 COMPONENT=kafka
@@ -220,4 +222,24 @@ do_status() {
   fi
 }
 
+# The stack's own topics (Herald's are created by `herald topics ensure`), with Kafka's
+# TopicCommand (kafka-topics.sh) from the installed jars.
+do_topic() {
+  local name="$1" partitions="${2:-1}"
+  kafka_pid >/dev/null || die "not running: start it first ($0 start)"
+  if ! java -Xmx128m -cp "$KAFKA_LIBS/*" \
+      org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
+      --create --if-not-exists --topic "$name" --partitions "$partitions" \
+      --replication-factor 1 >"$KAFKA_LOGS/topic.log" 2>&1; then
+    tail_log "$KAFKA_LOGS/topic.log"
+    die "could not create topic $name"
+  fi
+  say "topic $name present ($partitions partition(s))"
+}
+
+if [ "${1:-}" = topic ]; then
+  [ $# -ge 2 ] || die "usage: $0 topic NAME [PARTITIONS]"
+  do_topic "$2" "${3:-1}"
+  exit 0
+fi
 dispatch "$@"

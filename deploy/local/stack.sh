@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole local stack: Kafka 127.0.0.1:19092 (controller 19093), PostgreSQL 127.0.0.1:15432,
 # moto 127.0.0.1:14566, toxiproxy API 127.0.0.1:18474, Jaeger OTLP 127.0.0.1:14317 (gRPC) /
-# 127.0.0.1:14318 (HTTP) and query API/UI 127.0.0.1:16686 (query gRPC 16685).
+# 127.0.0.1:14318 (HTTP) and query API 127.0.0.1:16686 (query gRPC 16685), Zipkin (the trace
+# UI, fed by Jaeger through Kafka) 127.0.0.1:19411.
 # usage: deploy/local/stack.sh up [COMPONENT...]|down|status
 #   up     install what is missing and start what is not running (no-op on a running stack);
 #          only the named components when some are given (`make demo` needs no toxiproxy)
@@ -13,7 +14,7 @@ COMPONENT=stack
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 D="$HERALD_LOCAL_SCRIPTS"
-COMPONENTS=(postgres moto toxiproxy jaeger kafka)
+COMPONENTS=(postgres moto toxiproxy jaeger kafka zipkin)
 
 up() {
   local t0 c wanted=("$@"); t0="$(now_s)"
@@ -21,7 +22,7 @@ up() {
   for c in "${wanted[@]}"; do
     case " ${COMPONENTS[*]} " in *" $c "*) ;; *) die "unknown component '$c' (${COMPONENTS[*]})" ;; esac
   done
-  # in the stack's order (kafka last: it is the slowest to become ready)
+  # in the stack's order (kafka late: it is the slowest to become ready; zipkin reads from it)
   for c in "${COMPONENTS[@]}"; do
     case " ${wanted[*]} " in *" $c "*) "$D/$c.sh" start ;; esac
   done
@@ -31,7 +32,7 @@ up() {
 down() {
   local c rc=0
   # stop in reverse order; keep going if one fails so nothing is left behind
-  for c in kafka jaeger toxiproxy moto postgres; do
+  for c in zipkin kafka jaeger toxiproxy moto postgres; do
     "$D/$c.sh" stop || rc=1
   done
   return "$rc"

@@ -5,6 +5,8 @@
 #   promtool          Debian's `prometheus` package, its server kept from starting (make rules)
 #   cargo-deny        pinned, compiled from source: several minutes on 2 cores (make deny, audit)
 #   cargo-fuzz        pinned, compiled from source (make fuzz)
+#   browser           Debian's chromium and playwright-core (npm, pinned in
+#                     deploy/local/browser/package-lock.json) in .local/browser: the trace UI test
 # usage: deploy/local/tool.sh NAME...
 set -euo pipefail
 COMPONENT=tool
@@ -75,14 +77,40 @@ install_promtool() {
   say "promtool: $(promtool --version 2>&1 | head -n1)"
 }
 
+# The trace UI test's browser: chromium from Debian, playwright-core from npm (`npm ci` from
+# the committed lock file, so the same version everywhere) into .local/browser/node_modules.
+BROWSER_SRC="$HERALD_LOCAL_SCRIPTS/browser"
+BROWSER_DIR="$HERALD_LOCAL_DIR/browser"
+install_browser() {
+  if ! [ -x /usr/bin/chromium ]; then
+    require_root
+    apt_install chromium
+  fi
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    require_root
+    apt_install nodejs npm
+  fi
+  local stamp; stamp="$(sha256sum "$BROWSER_SRC/package-lock.json" | awk '{print $1}')"
+  if [ "$(cat "$BROWSER_DIR/.installed" 2>/dev/null)" != "$stamp" ]; then
+    say "npm ci playwright-core into $BROWSER_DIR"
+    mkdir -p "$BROWSER_DIR"
+    cp "$BROWSER_SRC/package.json" "$BROWSER_SRC/package-lock.json" "$BROWSER_DIR/"
+    if ! npm ci --prefix "$BROWSER_DIR" --no-audit --no-fund --loglevel=error >"$BROWSER_DIR/npm.log" 2>&1; then
+      tail_log "$BROWSER_DIR/npm.log"
+      die "npm ci of playwright-core failed"
+    fi
+    echo "$stamp" >"$BROWSER_DIR/.installed"
+  fi
+}
 
-[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz ..."
+[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser ..."
 for tool in "$@"; do
   case "$tool" in
     rustfmt | clippy) rust_component "$tool" ;;
     promtool) command -v promtool >/dev/null 2>&1 || install_promtool ;;
     cargo-deny) cargo_tool cargo-deny "$CARGO_DENY_VERSION" ;;
     cargo-fuzz) cargo_tool cargo-fuzz "$CARGO_FUZZ_VERSION" ;;
-    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz)" ;;
+    browser) install_browser ;;
+    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser)" ;;
   esac
 done

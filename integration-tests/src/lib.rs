@@ -15,6 +15,7 @@ pub mod samples;
 pub mod ses_events;
 pub mod standin;
 pub mod toxiproxy;
+pub mod trace_ui;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -42,6 +42,10 @@ pub struct OtelSettings {
     pub environment: String,
     pub resource_attributes: BTreeMap<String, String>,
     pub export_timeout_ms: u64,
+    /// Where a person opens a trace: a URL with `{trace_id}` in it, such as
+    /// `https://zipkin.example/zipkin/traces/{trace_id}`. `herald intent show` prints it with
+    /// the intent's trace id. Empty: the trace id alone.
+    pub trace_link: Option<String>,
 }
 
 impl Default for OtelSettings {
@@ -55,6 +59,7 @@ impl Default for OtelSettings {
             environment: String::new(),
             resource_attributes: BTreeMap::new(),
             export_timeout_ms: 10_000,
+            trace_link: None,
         }
     }
 }
@@ -62,5 +67,31 @@ impl Default for OtelSettings {
 impl OtelSettings {
     pub fn export_timeout(&self) -> Duration {
         Duration::from_millis(self.export_timeout_ms)
+    }
+
+    /// The trace UI's page of `trace_id`, when `trace_link` is set.
+    pub fn trace_link(&self, trace_id: &str) -> Option<String> {
+        self.trace_link
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(|t| t.replace("{trace_id}", trace_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_link_puts_the_trace_id_in_the_template() {
+        let mut otel = OtelSettings::default();
+        assert_eq!(otel.trace_link("4bf9"), None);
+        otel.trace_link = Some(String::new());
+        assert_eq!(otel.trace_link("4bf9"), None);
+        otel.trace_link = Some("http://127.0.0.1:19411/zipkin/traces/{trace_id}".into());
+        assert_eq!(
+            otel.trace_link("4bf9").as_deref(),
+            Some("http://127.0.0.1:19411/zipkin/traces/4bf9")
+        );
     }
 }

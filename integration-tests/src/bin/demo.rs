@@ -21,12 +21,14 @@ use integration_tests::moto::{emails_to, MOTO};
 use integration_tests::samples::{order_event, Seller};
 use integration_tests::ses_events::{ses_event, About, EventQueue};
 use integration_tests::toxiproxy::{self, Proxy};
+use integration_tests::trace_ui::{trace_url, zipkin_span_names};
 use integration_tests::{http, pg_connect, wait_for, PG_ADMIN_URL};
 
 const ORDERS: &str = "order-events";
 const SELLERS: &str = "seller-profiles";
 const GROUP: &str = "herald-ingest";
-/// Herald's admin endpoint in config/local.toml, and Jaeger's query API.
+/// Herald's admin endpoint in config/local.toml, and Jaeger's query API (the trace UI is
+/// Zipkin's, fed by Jaeger: `integration_tests::trace_ui`).
 const ADMIN: &str = "127.0.0.1:19464";
 const JAEGER: &str = "127.0.0.1:16686";
 
@@ -425,9 +427,26 @@ async fn main() -> Result<()> {
         spans.len(),
         kinds.join(", ")
     );
+    // The trace UI: Zipkin gets the same spans from Jaeger's collector, through Kafka.
+    let in_zipkin = wait_for(
+        "the trace of acme/8042 in Zipkin",
+        Duration::from_secs(60),
+        || async {
+            let names = zipkin_span_names(trace).await?.unwrap_or_default();
+            let all = kinds.iter().all(|k| names.contains(&k.to_lowercase()));
+            Ok(all.then_some(names.len()))
+        },
+    )
+    .await
+    .context("Zipkin (127.0.0.1:19411) did not show the trace: is it running (make stack-status)?")?;
+    println!("demo: Zipkin holds {in_zipkin} spans for trace {trace}");
     println!("\ndemo: order acme/8042 side by side, as trace and as ledger:");
     println!("  trace id      {trace}");
-    println!("  Jaeger        http://127.0.0.1:16686/trace/{trace}  (query API: http://127.0.0.1:16686/api/traces/{trace})");
+    println!(
+        "  trace UI      {}  (Zipkin: open it in a browser)",
+        trace_url(trace)
+    );
+    println!("  Jaeger API    http://127.0.0.1:16686/api/traces/{trace}  (the same spans as JSON)");
     println!("  admin API     http://127.0.0.1:19464/v1/intents?marketplace_id=acme&order_id=8042  (while herald runs: make run)");
     println!("  metrics       http://127.0.0.1:19464/metrics");
     println!("  ledger        target/debug/herald --config config/local.toml intent list acme 8042");

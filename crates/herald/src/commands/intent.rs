@@ -241,6 +241,19 @@ async fn show(config: &Config, which: &[String], json: bool) -> anyhow::Result<(
         opt(v.lease_owner.clone()),
         opt(v.lease_until.map(|t| t.to_rfc3339()))
     );
+    // The trace id (and the trace UI's page of it) for finding this intent's trace; the
+    // same id is on every log line of the intent (`trace_id`).
+    match v
+        .trace_context
+        .as_deref()
+        .and_then(herald_telemetry::propagation::trace_id)
+    {
+        Some(id) => match config.telemetry.trace_link(id) {
+            Some(link) => println!("trace             {id}  {link}"),
+            None => println!("trace             {id}"),
+        },
+        None => println!("trace             -"),
+    }
     println!("trace context     {}", opt(v.trace_context.clone()));
     println!(
         "event             {} occurred {} from {}",
