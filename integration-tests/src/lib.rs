@@ -102,6 +102,9 @@ pub struct EnvOptions {
     /// named here is created with them (and its usual partitions) before `herald topics
     /// ensure`, which then leaves it as it is.
     pub topic_configs: Vec<(&'static str, &'static str, String)>,
+    /// The `order.created` route's mode: "deliver" or "observe" ([`TestEnv::set_route_mode`]
+    /// switches it for processes started afterwards).
+    pub route_mode: &'static str,
 }
 
 impl Default for EnvOptions {
@@ -110,8 +113,14 @@ impl Default for EnvOptions {
             aws_endpoint: None,
             on_unknown: "hold",
             topic_configs: Vec::new(),
+            route_mode: "deliver",
         }
     }
+}
+
+/// The generated config's route line that [`TestEnv::set_route_mode`] rewrites.
+fn route_mode_line(mode: &str) -> String {
+    format!("mode = \"{mode}\" # the order.created route")
 }
 
 /// One test's isolated world: a fresh database, a topic prefix, a config file.
@@ -137,6 +146,7 @@ impl TestEnv {
             .aws_endpoint
             .unwrap_or_else(|| format!("http://{}", moto::MOTO));
         let on_unknown = options.on_unknown;
+        let route_mode = route_mode_line(options.route_mode);
         let unique = format!("{}_{}", name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let database = format!("herald_it_{unique}");
         let prefix = format!("it-{}-", unique.replace('_', "-"));
@@ -212,6 +222,7 @@ rate_per_second = 200
 event_kind = "order.created"
 template = "order_created"
 channels = ["email", "sms"]
+{route_mode}
 
 {extra_toml}
 "#,
@@ -287,6 +298,22 @@ channels = ["email", "sms"]
 
     pub fn topic(&self, name: &str) -> String {
         format!("{}{name}", self.prefix)
+    }
+
+    /// Rewrites the `order.created` route's mode in the config file: processes started
+    /// afterwards read it (an operator's config change and restart).
+    pub fn set_route_mode(&self, mode: &str) -> Result<()> {
+        let config = std::fs::read_to_string(&self.config_path)?;
+        let line = config
+            .lines()
+            .find(|l| l.ends_with("# the order.created route"))
+            .context("the generated config has no route mode line")?
+            .to_owned();
+        std::fs::write(
+            &self.config_path,
+            config.replacen(&line, &route_mode_line(mode), 1),
+        )?;
+        Ok(())
     }
 
     pub fn group(&self, name: &str) -> String {

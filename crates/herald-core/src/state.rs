@@ -21,10 +21,14 @@ pub enum IntentState {
     /// fingerprint are fixed, its payload is not. Rendered and frozen when the profile
     /// arrives; `suppressed` (`no_seller_profile`) once `ingest.profile_wait_secs` passed.
     AwaitingProfile,
+    /// Created by a route in `observe` mode (the adoption path's first step): converged,
+    /// rendered and frozen like any intent, with its consent decision, and never sent.
+    /// Switching the route to `deliver` does not change it.
+    Observed,
 }
 
 impl IntentState {
-    pub const ALL: [IntentState; 9] = [
+    pub const ALL: [IntentState; 10] = [
         IntentState::Pending,
         IntentState::Sending,
         IntentState::Accepted,
@@ -34,6 +38,7 @@ impl IntentState {
         IntentState::Failed,
         IntentState::Suppressed,
         IntentState::AwaitingProfile,
+        IntentState::Observed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -47,6 +52,7 @@ impl IntentState {
             IntentState::Failed => "failed",
             IntentState::Suppressed => "suppressed",
             IntentState::AwaitingProfile => "awaiting_profile",
+            IntentState::Observed => "observed",
         }
     }
 
@@ -54,7 +60,11 @@ impl IntentState {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            IntentState::Accepted | IntentState::Rejected | IntentState::Failed | IntentState::Suppressed
+            IntentState::Accepted
+                | IntentState::Rejected
+                | IntentState::Failed
+                | IntentState::Suppressed
+                | IntentState::Observed
         )
     }
 }
@@ -192,6 +202,7 @@ mod tests {
         assert!(!IntentState::RetryScheduled.is_terminal());
         assert!(!IntentState::Pending.is_terminal());
         assert!(!IntentState::AwaitingProfile.is_terminal());
+        assert!(IntentState::Observed.is_terminal());
     }
 }
 

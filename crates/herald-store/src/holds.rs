@@ -59,10 +59,13 @@ pub struct Release {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
     pub intent_id: Uuid,
-    /// `pending` or `suppressed`.
+    /// `pending` or `suppressed` (`observed` for a route in `observe` mode).
     pub state: String,
     /// How long the intent was held.
     pub held_for: Duration,
+    pub channel: String,
+    /// The consent decision frozen with it.
+    pub consent: String,
 }
 
 /// The held intents, for the gauges.
@@ -99,6 +102,8 @@ pub(crate) struct NewHold<'a> {
     pub event: &'a serde_json::Map<String, Value>,
     /// The payload rendered without a profile.
     pub fallback_digest: &'a str,
+    /// Created by a route in `observe` mode: released or expired as `observed`.
+    pub observe: bool,
 }
 
 /// Records new holds, each held for `wait` from now.
@@ -111,13 +116,15 @@ pub(crate) async fn insert(client: &impl GenericClient, holds: &[NewHold<'_>], w
     let s: Vec<&str> = holds.iter().map(|h| h.seller_id).collect();
     let events: Vec<Json<&serde_json::Map<String, Value>>> = holds.iter().map(|h| Json(h.event)).collect();
     let fallback: Vec<&str> = holds.iter().map(|h| h.fallback_digest).collect();
+    let observe: Vec<bool> = holds.iter().map(|h| h.observe).collect();
     // intent_holds_pkey: the intents were created by this very transaction.
     client
         .execute(
-            "INSERT INTO intent_holds (intent_id, marketplace_id, seller_id, event, fallback_digest, hold_until)
-             SELECT id, m, s, e, f, now() + make_interval(secs => $6)
-             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[]) AS t(id, m, s, e, f)",
-            &[&ids, &m, &s, &events, &fallback, &wait.as_secs_f64()],
+            "INSERT INTO intent_holds (intent_id, marketplace_id, seller_id, event, fallback_digest, observe, hold_until)
+             SELECT id, m, s, e, f, o, now() + make_interval(secs => $7)
+             FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::bool[])
+                  AS t(id, m, s, e, f, o)",
+            &[&ids, &m, &s, &events, &fallback, &observe, &wait.as_secs_f64()],
         )
         .await?;
     Ok(())
@@ -178,7 +185,8 @@ pub(crate) async fn open_with_profile(client: &impl GenericClient, limit: i64) -
 }
 
 /// Freezes released intents: their payloads, then each intent (`pending` with an outbox
-/// row when consent is granted, else `suppressed`), then the hold's decision. Only intents
+/// row when consent is granted, else `suppressed`; `observed` when held by a route in
+/// `observe` mode, whatever the route's mode is now), then the hold's decision. Only intents
 /// still `awaiting_profile` change.
 pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -> Result<Vec<Decided>> {
     if releases.is_empty() {
@@ -203,12 +211,13 @@ pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -
              ), released AS (
                 UPDATE notification_intents i
                    SET payload_digest = t.digest, template_revision = t.revision, consent = t.consent,
-                       state = CASE WHEN t.consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
-                       next_attempt_at = CASE WHEN t.consent = 'granted' THEN now() END,
+                       state = CASE WHEN h.observe THEN 'observed' WHEN t.consent = 'granted' THEN 'pending'
+                                    ELSE 'suppressed' END,
+                       next_attempt_at = CASE WHEN NOT h.observe AND t.consent = 'granted' THEN now() END,
                        updated_at = now()
-                  FROM input t
+                  FROM input t JOIN intent_holds h ON h.intent_id = t.id
                  WHERE i.id = t.id AND i.state = 'awaiting_profile'
-                RETURNING i.id, i.state, i.trace_context
+                RETURNING i.id, i.state, i.trace_context, i.channel, i.consent
              ), queued AS (
                 INSERT INTO outbox (intent_id, trace_context)
                 SELECT id, trace_context FROM released WHERE state = 'pending'
@@ -220,7 +229,8 @@ pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -
                  WHERE h.intent_id = t.id AND t.id IN (SELECT id FROM released)
                 RETURNING h.intent_id, EXTRACT(EPOCH FROM now() - h.held_at)::float8 AS held_secs
              )
-             SELECT r.id, r.state, d.held_secs FROM released r JOIN decided d ON d.intent_id = r.id",
+             SELECT r.id, r.state, d.held_secs, r.channel, r.consent
+               FROM released r JOIN decided d ON d.intent_id = r.id",
             &[&ids, &digests, &revisions, &consents, &versions],
         )
         .await?;
@@ -233,6 +243,8 @@ fn decided(rows: Vec<tokio_postgres::Row>) -> Vec<Decided> {
             intent_id: r.get(0),
             state: r.get(1),
             held_for: Duration::from_secs_f64(r.get::<_, f64>(2).max(0.0)),
+            channel: r.get(3),
+            consent: r.get(4),
         })
         .collect()
 }
@@ -258,30 +270,33 @@ pub(crate) async fn record_failures(client: &impl GenericClient, failures: &[(Uu
 }
 
 /// Expires up to `limit` holds past their deadline: each intent is frozen with the payload
-/// rendered without a profile (consent `no_seller_profile`), `suppressed`. One statement:
+/// rendered without a profile (consent `no_seller_profile`), `suppressed` (`observed` for a
+/// route in `observe` mode). One statement:
 /// a crash before its commit leaves the holds open for the next round.
 pub(crate) async fn expire_due(client: &impl GenericClient, limit: i64) -> Result<Vec<Decided>> {
     // intent_holds_open_until_idx
     let rows = client
         .query(
             "WITH due AS (
-                SELECT h.intent_id, h.fallback_digest FROM intent_holds h
+                SELECT h.intent_id, h.fallback_digest, h.observe FROM intent_holds h
                  WHERE h.decision IS NULL AND h.hold_until <= now()
                  ORDER BY h.hold_until LIMIT $1
                  FOR UPDATE OF h SKIP LOCKED
              ), frozen AS (
                 UPDATE notification_intents i
-                   SET state = 'suppressed', payload_digest = d.fallback_digest,
+                   SET state = CASE WHEN d.observe THEN 'observed' ELSE 'suppressed' END,
+                       payload_digest = d.fallback_digest,
                        template_revision = p.template_revision, consent = p.consent, updated_at = now()
                   FROM due d JOIN notification_payloads p ON p.digest = d.fallback_digest
                  WHERE i.id = d.intent_id AND i.state = 'awaiting_profile'
-                RETURNING i.id, i.state
+                RETURNING i.id, i.state, i.channel, i.consent
              ), decided AS (
                 UPDATE intent_holds h SET decision = 'expired', decided_at = now(), event = NULL
                   FROM due d WHERE h.intent_id = d.intent_id
                 RETURNING h.intent_id, EXTRACT(EPOCH FROM now() - h.held_at)::float8 AS held_secs
              )
-             SELECT f.id, f.state, d.held_secs FROM frozen f JOIN decided d ON d.intent_id = f.id",
+             SELECT f.id, f.state, d.held_secs, f.channel, f.consent
+               FROM frozen f JOIN decided d ON d.intent_id = f.id",
             &[&limit],
         )
         .await?;

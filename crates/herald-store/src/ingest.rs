@@ -54,6 +54,9 @@ pub struct NewIntent<'e> {
     /// Held for this long (`awaiting_profile`): the seller has no profile yet. `payload` is
     /// then the rendering without a profile, frozen only if the wait runs out.
     pub hold_for: Option<Duration>,
+    /// Created by a route in `observe` mode: frozen as `observed`, never queued (a held
+    /// intent keeps this on its hold, for its release).
+    pub observe: bool,
 }
 
 impl<'e> NewIntent<'e> {
@@ -79,7 +82,14 @@ impl<'e> NewIntent<'e> {
             source,
             event_document: &event.document,
             hold_for: None,
+            observe: false,
         }
+    }
+
+    /// The same intent for a route in `observe` mode.
+    pub fn observed(mut self) -> Self {
+        self.observe = true;
+        self
     }
 
     /// The same intent held for the seller's profile, at most `wait`.
@@ -269,7 +279,8 @@ impl<'a> IngestTx<'a> {
         }
         // notification_intents_business_key / _idempotency_key: DO NOTHING leaves a
         // known key to the comparison in `converge`. next_attempt_at is now() for a
-        // sendable intent: it is due at once. A held intent gets no payload, revision or
+        // sendable intent: it is due at once. An observe-mode intent is frozen `observed`,
+        // with no outbox row and no due time: nothing ever sends it. A held intent gets no payload, revision or
         // consent yet (its `payload` is the fallback, stored with its hold).
         // notification_payloads_pkey (digest): content-addressed, so an existing row is
         // the same content. Its body may have been purged by retention: then this content
@@ -284,11 +295,12 @@ impl<'a> IngestTx<'a> {
                     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
                                          $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
                                          $13::text[], $14::text[], $15::timestamptz[], $16::text[], $17::int4[], $18::int8[],
-                                         $19::bool[], $20::text[], $21::text[], $22::text[], $23::text[], $24::text[])
+                                         $19::bool[], $20::text[], $21::text[], $22::text[], $23::text[], $24::text[],
+                                         $25::bool[])
                         AS t(id, marketplace_id, order_id, event_kind, channel, idempotency_key,
                              request_fingerprint, seller_id, template, template_revision, payload_digest, consent,
                              trace_context, event_id, occurred_at, source_topic, source_partition, source_offset,
-                             held, destination, locale, subject, body_text, body_html)
+                             held, destination, locale, subject, body_text, body_html, observe)
                  ), created AS (
                     INSERT INTO notification_intents
                         (id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
@@ -299,9 +311,9 @@ impl<'a> IngestTx<'a> {
                            CASE WHEN NOT held THEN template_revision END,
                            CASE WHEN NOT held THEN payload_digest END,
                            CASE WHEN NOT held THEN consent END,
-                           CASE WHEN held THEN 'awaiting_profile' WHEN consent = 'granted' THEN 'pending'
-                                ELSE 'suppressed' END,
-                           CASE WHEN NOT held AND consent = 'granted' THEN now() END,
+                           CASE WHEN held THEN 'awaiting_profile' WHEN observe THEN 'observed'
+                                WHEN consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
+                           CASE WHEN NOT held AND NOT observe AND consent = 'granted' THEN now() END,
                            trace_context, event_id, occurred_at, source_topic, source_partition, source_offset
                     FROM input
                     ON CONFLICT DO NOTHING
@@ -327,7 +339,7 @@ impl<'a> IngestTx<'a> {
                     &c.id, &c.marketplace, &c.order, &c.kind, &c.channel, &c.idempotency, &c.fingerprint,
                     &c.seller, &c.template, &c.revision, &c.digest, &c.consent, &c.trace, &c.event_id,
                     &c.occurred_at, &c.topic, &c.partition, &c.offset, &c.held, &c.destination,
-                    &c.locale, &c.subject, &c.body_text, &c.body_html,
+                    &c.locale, &c.subject, &c.body_text, &c.body_html, &c.observe,
                 ],
             )
             .await?;
@@ -359,6 +371,7 @@ impl<'a> IngestTx<'a> {
                     seller_id: &i.seller_id,
                     event: i.event_document,
                     fallback_digest: &i.payload_digest,
+                    observe: i.observe,
                 });
             }
         }
@@ -513,6 +526,7 @@ struct IntentColumns<'a> {
     partition: Vec<i32>,
     offset: Vec<i64>,
     held: Vec<bool>,
+    observe: Vec<bool>,
     destination: Vec<Option<&'a str>>,
     locale: Vec<&'a str>,
     subject: Vec<Option<&'a str>>,
@@ -541,6 +555,7 @@ impl<'a> IntentColumns<'a> {
         self.partition.push(i.source.partition);
         self.offset.push(i.source.offset);
         self.held.push(i.hold_for.is_some());
+        self.observe.push(i.observe);
         self.destination.push(i.payload.destination.as_deref());
         self.locale.push(&i.payload.locale);
         self.subject.push(i.payload.subject.as_deref());

@@ -28,7 +28,7 @@ pub const RETENTION_LOCK: i64 = 0x6865_7261_6c64_7200;
 /// Intent states that never change again. Everything else — pending, sending,
 /// retry_scheduled, unknown (resolved `retry`, it is sent again), awaiting_profile, and any
 /// state added later — is non-terminal: its payload is needed and it is never deleted.
-pub const TERMINAL_STATES: [&str; 4] = ["accepted", "rejected", "failed", "suppressed"];
+pub const TERMINAL_STATES: [&str; 5] = ["accepted", "rejected", "failed", "suppressed", "observed"];
 
 /// What each clock removes: everything strictly before its instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,13 +123,13 @@ pub const PURGE_BODIES: &str = "UPDATE notification_payloads p
       WHERE p.digest = ANY($1) AND p.body_purged_at IS NULL
         AND NOT EXISTS (SELECT 1 FROM notification_intents i
                          WHERE i.payload_digest = p.digest
-                           AND i.state NOT IN ('accepted', 'rejected', 'failed', 'suppressed'))";
+                           AND i.state NOT IN ('accepted', 'rejected', 'failed', 'suppressed', 'observed'))";
 
 // notification_intents_pkey: a range of ids (UUIDv7, time-ordered) below the cutoff's,
 // continued from the last id seen. created_at is checked too, for ids that are not v7.
 pub const INTENT_CANDIDATES: &str = "SELECT id, payload_digest FROM notification_intents
      WHERE id > $1 AND id < $2 AND created_at < $3 AND updated_at < $3
-       AND state IN ('accepted', 'rejected', 'failed', 'suppressed')
+       AND state IN ('accepted', 'rejected', 'failed', 'suppressed', 'observed')
      ORDER BY id LIMIT $4
      FOR UPDATE SKIP LOCKED";
 
@@ -352,7 +352,7 @@ impl Store {
                   WHERE p.body_purged_at IS NULL AND p.created_at < $1
                     AND NOT EXISTS (SELECT 1 FROM notification_intents i
                                      WHERE i.payload_digest = p.digest
-                                       AND i.state NOT IN ('accepted', 'rejected', 'failed', 'suppressed'))",
+                                       AND i.state NOT IN ('accepted', 'rejected', 'failed', 'suppressed', 'observed'))",
                 &[&cutoffs.payload_bodies],
             )
             .await?
@@ -364,7 +364,7 @@ impl Store {
                     "WITH doomed AS (
                         SELECT id, payload_digest FROM notification_intents
                          WHERE id < $1 AND created_at < $2 AND updated_at < $2
-                           AND state IN ('accepted', 'rejected', 'failed', 'suppressed')
+                           AND state IN ('accepted', 'rejected', 'failed', 'suppressed', 'observed')
                      )
                      SELECT (SELECT count(*) FROM doomed),
                             (SELECT count(*) FROM intent_conflicts WHERE intent_id IN (SELECT id FROM doomed)),
@@ -384,7 +384,7 @@ impl Store {
                                 SELECT 1 FROM notification_intents i
                                  WHERE i.payload_digest = d.digest
                                    AND NOT (i.id < $1 AND i.created_at < $2 AND i.updated_at < $2
-                                            AND i.state IN ('accepted', 'rejected', 'failed', 'suppressed')))
+                                            AND i.state IN ('accepted', 'rejected', 'failed', 'suppressed', 'observed')))
                                 AND NOT EXISTS (
                                 SELECT 1 FROM intent_holds h
                                  WHERE h.fallback_digest = d.digest
@@ -437,7 +437,7 @@ mod tests {
 
     #[test]
     fn every_statement_names_exactly_the_terminal_states() {
-        let listed = "'accepted', 'rejected', 'failed', 'suppressed'";
+        let listed = "'accepted', 'rejected', 'failed', 'suppressed', 'observed'";
         assert_eq!(TERMINAL_STATES.map(|s| format!("'{s}'")).join(", "), listed);
         for sql in [PURGE_BODIES, INTENT_CANDIDATES] {
             assert!(sql.contains(listed), "{sql}");

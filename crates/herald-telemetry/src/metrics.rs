@@ -27,6 +27,7 @@ pub const HOLD_OUTCOMES: [&str; 4] = ["held", "released", "expired", "release_fa
 
 pub struct Metrics {
     intents_created: Counter<u64>,
+    intents_observed: Counter<u64>,
     duplicates_converged: Counter<u64>,
     fingerprint_conflicts: Counter<u64>,
     events_ignored: Counter<u64>,
@@ -88,6 +89,13 @@ impl Metrics {
             intents_created: meter
                 .u64_counter("herald_intents_created")
                 .with_description("Notification intents created (first sight of a business key and channel)")
+                .build(),
+            intents_observed: meter
+                .u64_counter("herald_intents_observed")
+                .with_description(
+                    "Intents frozen `observed` by a route in observe mode (never sent), by the consent \
+                     decision that delivery would have acted on",
+                )
                 .build(),
             duplicates_converged: meter
                 .u64_counter("herald_duplicates_converged")
@@ -308,6 +316,18 @@ impl Metrics {
                 KeyValue::new("event_kind", event_kind.to_owned()),
                 KeyValue::new("channel", channel.to_owned()),
                 KeyValue::new("template_revision", template_revision.to_owned()),
+            ],
+        );
+    }
+
+    /// An intent frozen `observed`: `consent` is its decision (`granted`: delivery would
+    /// have sent it).
+    pub fn intent_observed(&self, channel: &str, consent: &str) {
+        self.intents_observed.add(
+            1,
+            &[
+                KeyValue::new("channel", channel.to_owned()),
+                KeyValue::new("consent", consent.to_owned()),
             ],
         );
     }

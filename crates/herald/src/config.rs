@@ -540,6 +540,23 @@ pub struct Route {
     pub event_kind: String,
     pub template: String,
     pub channels: Vec<Channel>,
+    /// `deliver` (the default) or `observe`: see [`RouteMode`].
+    #[serde(default)]
+    pub mode: RouteMode,
+}
+
+/// What a route's intents become once frozen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteMode {
+    /// Queued for delivery (state `pending`, or `suppressed` without consent).
+    #[default]
+    Deliver,
+    /// The adoption path's first step, while another notifier still sends: converged,
+    /// rendered, consent decided and frozen, counted and traced, then `observed` and never
+    /// sent. The mode is decided when the intent is created (a held one remembers it):
+    /// switching the route to `deliver` affects only intents created afterwards.
+    Observe,
 }
 
 /// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
@@ -1078,6 +1095,21 @@ mod tests {
         assert!(format!("{e:#}").contains("fax"), "{e:#}");
         let e = load_str("[database]\nurl = \"postgres://h:notaport/db\"").unwrap_err();
         assert!(format!("{e:#}").contains("database.url"), "{e:#}");
+    }
+
+    #[test]
+    fn a_route_delivers_unless_it_says_observe() {
+        let route = |extra: &str| {
+            load_str(&format!(
+                "[[routes]]\nevent_kind = \"order.created\"\ntemplate = \"t\"\nchannels = [\"email\"]\n{extra}"
+            ))
+        };
+        let c = route("").unwrap();
+        assert_eq!(c.route("order.created").unwrap().mode, RouteMode::Deliver);
+        let c = route("mode = \"observe\"").unwrap();
+        assert_eq!(c.route("order.created").unwrap().mode, RouteMode::Observe);
+        let e = route("mode = \"shadow\"").unwrap_err();
+        assert!(format!("{e:#}").contains("shadow"), "{e:#}");
     }
 
     #[test]

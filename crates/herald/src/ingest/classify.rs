@@ -98,6 +98,7 @@ mod tests {
             event_kind: "order.created".into(),
             template: "order-created".into(),
             channels: vec![herald_core::Channel::Email],
+            mode: Default::default(),
         });
         let batch = vec![
             message("order-events", 0, "acme:8042", ORDER),

@@ -207,6 +207,9 @@ fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats
                     s.intents_suppressed.fetch_add(1, Relaxed);
                 }
                 IntentState::AwaitingProfile => s.metrics.holds("held", 1),
+                IntentState::Observed => s
+                    .metrics
+                    .intent_observed(channel, intent.payload.consent.as_str()),
                 _ => {}
             }
             // A held intent's consent and revision are decided when the profile arrives.

@@ -62,8 +62,9 @@ async fn round(ctx: &IngestContext) -> anyhow::Result<usize> {
     // this instance or another, decides them); after it, only the logs below are lost.
     tx.commit().await.context("committing the hold sweep")?;
     for d in &expired {
-        info!(intent_id = %d.intent_id, held_secs = d.held_for.as_secs_f64(),
-              "held intent expired: no seller profile within the wait, suppressed (no_seller_profile)");
+        info!(intent_id = %d.intent_id, held_secs = d.held_for.as_secs_f64(), state = %d.state,
+              "held intent expired: no seller profile within the wait, frozen without one (no_seller_profile)");
+        super::release::count_observed(&ctx.stats, d);
     }
     ctx.stats.metrics.holds("expired", expired.len() as u64);
     released.report(&ctx.stats, "sweep");

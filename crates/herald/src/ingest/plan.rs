@@ -17,6 +17,7 @@ use tracing::field::Empty;
 use tracing::{info_span, Span};
 
 use super::classify::{dead_letter, Routed};
+use crate::config::RouteMode;
 use crate::obs;
 
 /// The intents to converge, each with its span (`intent created` / `reused` / `conflict`
@@ -80,6 +81,10 @@ pub fn plan<'c, 'm>(
                         (None, Some(wait)) => intent.held(wait),
                         _ => intent,
                     };
+                    let intent = match o.route.mode {
+                        RouteMode::Observe => intent.observed(),
+                        RouteMode::Deliver => intent,
+                    };
                     plan.push(intent, span);
                 }
                 Err(e) => failures.push(e),
@@ -136,6 +141,7 @@ mod tests {
             event_kind: "order.created".into(),
             template: "order-created".into(),
             channels: vec![Channel::Email, Channel::Sms],
+            mode: Default::default(),
         };
         let message = OwnedMessage::new(
             Some(ORDER.as_bytes().to_vec()),

@@ -27,6 +27,7 @@ impl Released {
         for d in &self.decided {
             info!(intent_id = %d.intent_id, state = %d.state, held_secs = d.held_for.as_secs_f64(), how,
                   "held intent released: rendered and frozen with the seller's profile");
+            count_observed(stats, d);
         }
         for (id, error) in &self.failed {
             warn!(intent_id = %id, error = %error, how,
@@ -34,6 +35,14 @@ impl Released {
         }
         stats.metrics.holds("released", self.decided.len() as u64);
         stats.metrics.holds("release_failed", self.failed.len() as u64);
+    }
+}
+
+/// Counts a held intent decided `observed` (its route was in `observe` mode when it was
+/// created).
+pub fn count_observed(stats: &IngestStats, d: &Decided) {
+    if d.state == herald_core::IntentState::Observed.as_str() {
+        stats.metrics.intent_observed(&d.channel, &d.consent);
     }
 }
 
