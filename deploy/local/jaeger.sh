@@ -84,11 +84,19 @@ http_status() {
 # receivers are started before the query extension reports in).
 is_ready() { [ "$(http_status /api/services)" = 200 ]; }
 
+# The config a running Jaeger was started with (its hash, written at start): a Jaeger
+# started before the config changed (a pull) is restarted rather than left running it.
+config_stamp() { sha256sum "$JAEGER_CONFIG" | awk '{print $1}'; }
+
 do_start() {
   local pid p
   if pid="$(jaeger_pid)"; then
-    say "already running (pid $pid, OTLP 127.0.0.1:$JAEGER_OTLP_GRPC_PORT/$JAEGER_OTLP_HTTP_PORT, query 127.0.0.1:$JAEGER_QUERY_PORT)"
-    return 0
+    if [ "$(cat "$JAEGER_DIR/config.sha256" 2>/dev/null)" = "$(config_stamp)" ]; then
+      say "already running (pid $pid, OTLP 127.0.0.1:$JAEGER_OTLP_GRPC_PORT/$JAEGER_OTLP_HTTP_PORT, query 127.0.0.1:$JAEGER_QUERY_PORT)"
+      return 0
+    fi
+    say "running with an older $JAEGER_CONFIG: restarting (its in-memory traces are dropped)"
+    do_stop
   fi
   is_installed || do_install
   [ -f "$JAEGER_CONFIG" ] || die "config file $JAEGER_CONFIG is missing"
@@ -99,6 +107,7 @@ do_start() {
   local t0; t0="$(now_s)"
   mkdir -p "$JAEGER_DIR"
   printf '\n==== %s start ====\n' "$(date -u +%FT%TZ)" >>"$JAEGER_LOG"
+  config_stamp >"$JAEGER_DIR/config.sha256"
   spawn_detached "$JAEGER_LOG" "$JAEGER_PID" "$JAEGER_BIN" --config "$JAEGER_CONFIG"
   pid="$(read_pidfile "$JAEGER_PID")"
   local deadline=$(( t0 + START_TIMEOUT ))

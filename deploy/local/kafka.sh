@@ -227,6 +227,9 @@ do_status() {
 do_topic() {
   local name="$1" partitions="${2:-1}"
   kafka_pid >/dev/null || die "not running: start it first ($0 start)"
+  # The jars are replaced only by a start; a broker running from older ones (the pom changed
+  # since) may lack the tools.
+  is_installed || die "the installed jars predate $KAFKA_POM: restart Kafka first ($0 restart)"
   if ! java -Xmx128m -cp "$KAFKA_LIBS/*" \
       org.apache.kafka.tools.TopicCommand --bootstrap-server "127.0.0.1:$KAFKA_PORT" \
       --create --if-not-exists --topic "$name" --partitions "$partitions" \

@@ -79,6 +79,8 @@ install_promtool() {
 
 # The trace UI test's browser: chromium from Debian, playwright-core from npm (`npm ci` from
 # the committed lock file, so the same version everywhere) into .local/browser/node_modules.
+# playwright-core drives the installed chromium over the DevTools protocol; it downloads no
+# browser of its own.
 BROWSER_SRC="$HERALD_LOCAL_SCRIPTS/browser"
 BROWSER_DIR="$HERALD_LOCAL_DIR/browser"
 install_browser() {
@@ -90,6 +92,9 @@ install_browser() {
     require_root
     apt_install nodejs npm
   fi
+  # playwright-core 1.61 runs on Node 18 (Debian 12's) and later; newer ones need Node 20.
+  local node_major; node_major="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)"
+  [ "$node_major" -ge 18 ] 2>/dev/null || die "Node 18 or later is needed for playwright-core, found $(node --version 2>/dev/null || echo none)"
   local stamp; stamp="$(sha256sum "$BROWSER_SRC/package-lock.json" | awk '{print $1}')"
   if [ "$(cat "$BROWSER_DIR/.installed" 2>/dev/null)" != "$stamp" ]; then
     say "npm ci playwright-core into $BROWSER_DIR"

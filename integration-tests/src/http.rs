@@ -25,6 +25,16 @@ pub async fn scrape(addr: &str) -> Result<String> {
     Ok(text)
 }
 
+/// The sum of the series of metric `name` in a scrape whose labels include every one of
+/// `labels` (each written `key="value"`).
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Like [`request`] with extra headers; returns the body as text.
 pub async fn request_text(
     addr: &str,

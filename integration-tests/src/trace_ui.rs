@@ -11,10 +11,86 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
-use crate::{http, workspace_root};
+use crate::kafka::{produce, producer};
+use crate::samples::{order_event, UniqueSeller};
+use crate::{http, seed_orders, workspace_root, TestEnv};
 
 /// Zipkin's UI and query API.
 pub const ZIPKIN: &str = "127.0.0.1:19411";
+
+/// `len` random hex digits (trace and span ids, order ids).
+pub fn random_hex(len: usize) -> String {
+    uuid::Uuid::new_v4().simple().to_string()[..len].to_owned()
+}
+
+/// A test's world whose herald processes export their spans over OTLP to the local Jaeger
+/// (and so, through Kafka, to Zipkin) under the service name `service`.
+pub async fn traced_env(name: &str, service: &str) -> Result<TestEnv> {
+    TestEnv::new(
+        name,
+        &format!(
+            "[telemetry]\ntraces_endpoint = \"http://127.0.0.1:14318/v1/traces\"\nservice_name = \"{service}\"\n"
+        ),
+    )
+    .await
+}
+
+/// One order as an instrumented producer sends it, through to the provider.
+pub struct TracedOrder {
+    pub order_id: String,
+    pub trace_id: String,
+    /// The producer's span, which Herald's spans continue.
+    pub producer_span: String,
+}
+
+/// Seeds `seller` as seller-1, produces one `order.created` event carrying a producer's
+/// `traceparent`, and waits until both its intents are accepted by the providers (needs
+/// ingest, relay and deliver running).
+pub async fn send_traced_order(
+    env: &TestEnv,
+    seller: &UniqueSeller,
+    timeout: Duration,
+) -> Result<TracedOrder> {
+    seed_orders(env, seller, &[]).await?;
+    let order = TracedOrder {
+        order_id: format!("7{}", random_hex(6)),
+        trace_id: random_hex(32),
+        producer_span: random_hex(16),
+    };
+    let value = order_event(
+        &format!("evt-{}", order.order_id),
+        "order.created",
+        "acme",
+        &order.order_id,
+        "seller-1",
+        "12.00",
+    );
+    let traceparent = format!("00-{}-{}-01", order.trace_id, order.producer_span);
+    produce(
+        &producer()?,
+        &env.topic("order-events"),
+        Some(order.order_id.as_bytes()),
+        Some(&value),
+        &[("traceparent", &traceparent)],
+    )
+    .await?;
+    env.wait_count(
+        "both intents accepted by the providers",
+        "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
+        2,
+        timeout,
+    )
+    .await?;
+    Ok(order)
+}
+
+/// The local stack's directory: `HERALD_LOCAL_DIR` as deploy/local/lib.sh reads it, or
+/// `.local` in the workspace.
+pub fn local_dir() -> PathBuf {
+    std::env::var_os("HERALD_LOCAL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".local"))
+}
 
 /// The page of one trace in Zipkin's UI.
 pub fn trace_url(trace_id: &str) -> String {
@@ -62,8 +138,7 @@ pub async fn open_trace_page(
     screenshot: &std::path::Path,
     timeout: Duration,
 ) -> Result<PageReport> {
-    let root = workspace_root();
-    let modules = root.join(".local/browser/node_modules");
+    let modules = local_dir().join("browser/node_modules");
     if !modules.join("playwright-core").is_dir() {
         bail!(
             "playwright-core is not installed in {}: run deploy/local/tool.sh browser (make test does)",
@@ -74,7 +149,7 @@ pub async fn open_trace_page(
         std::fs::create_dir_all(dir)?;
     }
     let out = tokio::process::Command::new("node")
-        .arg(root.join("deploy/local/browser/trace-page.cjs"))
+        .arg(workspace_root().join("deploy/local/browser/trace-page.cjs"))
         .arg(url)
         .arg(screenshot)
         .arg(timeout.as_millis().to_string())

@@ -8,21 +8,12 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use integration_tests::http::scrape;
+use integration_tests::http::{metric, scrape};
 use integration_tests::kafka::{produce, producer, read_all};
 use integration_tests::samples::{order_event, UniqueSeller};
 use integration_tests::{pg_connect, publish_sellers, wait_for, TestEnv, PG_ADMIN_URL};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// The sum of the series of metric `name` whose labels include every one of `labels`.
-fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter(|l| labels.iter().all(|label| l.contains(label)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rows_the_database_refuses_are_isolated_and_the_rest_of_the_batch_commits() -> Result<()> {

@@ -10,15 +10,12 @@ use anyhow::{bail, Context, Result};
 use integration_tests::http::{request, request_text, scrape};
 use integration_tests::kafka::{produce, producer};
 use integration_tests::samples::{order_event, UniqueSeller};
+use integration_tests::trace_ui::{random_hex, send_traced_order, traced_env, TracedOrder};
 use integration_tests::{seed_orders, wait_for, workspace_root, HeraldProcess, TestEnv};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
 const JAEGER: &str = "127.0.0.1:16686";
-
-fn random_hex(len: usize) -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..len].to_owned()
-}
 
 /// Spans of one trace from Jaeger's query API, once `complete` holds for them.
 async fn jaeger_trace(trace_id: &str, complete: impl Fn(&[Value]) -> bool) -> Result<Vec<Value>> {
@@ -56,43 +53,15 @@ fn tag<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_trace_runs_from_the_producer_to_the_provider_call_and_nothing_leaks() -> Result<()> {
     let service = format!("herald-it-{}", random_hex(8));
-    let env = TestEnv::new(
-        "trace",
-        &format!(
-            "[telemetry]\ntraces_endpoint = \"http://127.0.0.1:14318/v1/traces\"\nservice_name = \"{service}\"\n"
-        ),
-    )
-    .await?;
+    let env = traced_env("trace", &service).await?;
     let herald = env.spawn_roles("ingest,relay,deliver", "herald", &[])?;
     let seller = UniqueSeller::new();
-    seed_orders(&env, &seller, &[]).await?;
-
     // The producer's span: Herald's spans must hang under it.
-    let (trace_id, producer_span) = (random_hex(32), random_hex(16));
-    let order = format!("7{}", &random_hex(6));
-    let value = order_event(
-        &format!("evt-{order}"),
-        "order.created",
-        "acme",
-        &order,
-        "seller-1",
-        "12.00",
-    );
-    produce(
-        &producer()?,
-        &env.topic("order-events"),
-        Some(order.as_bytes()),
-        Some(&value),
-        &[("traceparent", &format!("00-{trace_id}-{producer_span}-01"))],
-    )
-    .await?;
-    env.wait_count(
-        "both intents accepted",
-        "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
-        2,
-        WAIT,
-    )
-    .await?;
+    let TracedOrder {
+        trace_id,
+        producer_span,
+        ..
+    } = send_traced_order(&env, &seller, WAIT).await?;
 
     let spans = jaeger_trace(&trace_id, |s| {
         !named(s, "SES SendEmail").is_empty() && !named(s, "SNS Publish").is_empty()

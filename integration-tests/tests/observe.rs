@@ -8,22 +8,13 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use integration_tests::http::scrape;
+use integration_tests::http::{metric, scrape};
 use integration_tests::kafka::{produce, producer};
 use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::{order_event, UniqueSeller};
 use integration_tests::{publish_sellers, wait_for, EnvOptions, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// The sum of the series of metric `name` whose labels include every one of `labels`.
-fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter(|l| labels.iter().all(|label| l.contains(label)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 async fn produce_order(env: &TestEnv, event_id: &str, order: &str, seller: &str, total: &str) -> Result<()> {
     let value = order_event(event_id, "order.created", "acme", order, seller, total);

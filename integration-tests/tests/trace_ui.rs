@@ -7,58 +7,23 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use integration_tests::kafka::{produce, producer};
-use integration_tests::samples::{order_event, UniqueSeller};
-use integration_tests::trace_ui::{open_trace_page, trace_url, zipkin_span_names};
-use integration_tests::{seed_orders, wait_for, workspace_root, TestEnv};
+use integration_tests::samples::UniqueSeller;
+use integration_tests::trace_ui::{
+    local_dir, open_trace_page, random_hex, send_traced_order, trace_url, traced_env, zipkin_span_names,
+    TracedOrder,
+};
+use integration_tests::wait_for;
 
 const WAIT: Duration = Duration::from_secs(90);
 /// How long the page may take to render the rows once it has loaded.
 const PAGE_WAIT: Duration = Duration::from_secs(30);
 
-fn random_hex(len: usize) -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..len].to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orders_trace_renders_in_the_browser_from_ingest_to_the_provider_call() -> Result<()> {
     let service = format!("herald-ui-{}", random_hex(8));
-    let env = TestEnv::new(
-        "traceui",
-        &format!(
-            "[telemetry]\ntraces_endpoint = \"http://127.0.0.1:14318/v1/traces\"\nservice_name = \"{service}\"\n"
-        ),
-    )
-    .await?;
+    let env = traced_env("traceui", &service).await?;
     let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &[])?;
-    let seller = UniqueSeller::new();
-    seed_orders(&env, &seller, &[]).await?;
-
-    let (trace_id, producer_span) = (random_hex(32), random_hex(16));
-    let order = format!("8{}", random_hex(6));
-    let value = order_event(
-        &format!("evt-{order}"),
-        "order.created",
-        "acme",
-        &order,
-        "seller-1",
-        "12.00",
-    );
-    produce(
-        &producer()?,
-        &env.topic("order-events"),
-        Some(order.as_bytes()),
-        Some(&value),
-        &[("traceparent", &format!("00-{trace_id}-{producer_span}-01"))],
-    )
-    .await?;
-    env.wait_count(
-        "both intents accepted by the providers",
-        "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
-        2,
-        WAIT,
-    )
-    .await?;
+    let TracedOrder { trace_id, .. } = send_traced_order(&env, &UniqueSeller::new(), WAIT).await?;
 
     // The rows the page must render, as Zipkin names them: "service: span name", lower case.
     let process = format!("process {}", env.topic("order-events"));
@@ -76,11 +41,12 @@ async fn an_orders_trace_renders_in_the_browser_from_ingest_to_the_provider_call
     })
     .await?;
 
-    let shots = workspace_root().join(".local/trace-ui");
+    // One file, overwritten by each run: the latest trace this test opened.
+    let shots = local_dir().join("trace-ui");
     let page = open_trace_page(
         &trace_url(&trace_id),
         &rows,
-        &shots.join(format!("{trace_id}.png")),
+        &shots.join("order-trace.png"),
         PAGE_WAIT,
     )
     .await?;
@@ -99,23 +65,20 @@ async fn an_orders_trace_renders_in_the_browser_from_ingest_to_the_provider_call
         page.screenshot.display()
     );
 
-    // Canary: the same check on a trace Zipkin never received renders none of the rows, so
-    // the check above reads the trace, not the page's frame.
-    let unknown = random_hex(32);
-    let empty = open_trace_page(
-        &trace_url(&unknown),
-        &rows,
-        &shots.join(format!("canary-{unknown}.png")),
+    // Canary: on the same page, the check reports a span the trace does not have (this
+    // order had no conflict) as missing: it reads the rendered rows, not the page's frame.
+    let absent = format!("{service}: intent conflict");
+    let canary = open_trace_page(
+        &trace_url(&trace_id),
+        // The absent row last: its wait takes the whole limit.
+        &[rows[1].clone(), absent.clone()],
+        &shots.join("canary.png"),
         Duration::from_secs(5),
     )
     .await?;
-    assert!(
-        empty.found.is_empty(),
-        "rows found on the page of a trace that does not exist: {:?}",
-        empty.found
-    );
-    assert_eq!(empty.missing, rows);
-    std::fs::remove_file(&empty.screenshot).ok();
+    assert_eq!(canary.missing, vec![absent], "{canary:?}");
+    assert_eq!(canary.found, vec![rows[1].clone()], "{canary:?}");
+    std::fs::remove_file(&canary.screenshot).ok();
     println!(
         "trace {trace_id} rendered {} rows; screenshot {}",
         page.found.len(),

@@ -20,6 +20,9 @@ async function main() {
     throw new Error('usage: trace-page.cjs URL SCREENSHOT TIMEOUT_MS ROW...');
   }
   const timeout = Number(timeoutArg);
+  // Loading the page (and its scripts) has a bound of its own, so that a short wait for the
+  // rows is spent on the rows only.
+  const loadTimeout = 60000;
   // The flags this machine needs: no sandbox (root, no user namespaces), no GPU, and no
   // background traffic to the internet the machine does not have.
   const browser = await chromium.launch({
@@ -28,13 +31,14 @@ async function main() {
   });
   try {
     const page = await browser.newPage({ viewport: { width: 1600, height: 1000 } });
-    await page.goto(url, { waitUntil: 'load', timeout });
+    await page.goto(url, { waitUntil: 'load', timeout: loadTimeout });
     const deadline = Date.now() + timeout;
     const found = [];
     const missing = [];
     for (const row of rows.map((r) => r.toLowerCase())) {
-      // A row of the timeline reads exactly "service: span name".
-      const cell = page.getByText(row, { exact: true }).first();
+      // A row of the timeline is a div that reads exactly "service: span name". The page's
+      // title (an h6) repeats the root span's row, so headings do not count.
+      const cell = page.getByText(row, { exact: true }).and(page.locator('div')).first();
       try {
         await cell.waitFor({ state: 'visible', timeout: Math.max(deadline - Date.now(), 1) });
         found.push(row);
