@@ -24,3 +24,10 @@ ALTER TABLE notification_intents ADD CONSTRAINT notification_intents_observed_ne
     CHECK (state <> 'observed' OR next_attempt_at IS NULL);
 
 ALTER TABLE intent_holds ADD COLUMN observe boolean NOT NULL DEFAULT false;
+
+-- The partial index of live intents (V1) leaves out the observed ones too: an observe phase
+-- would otherwise fill it with every intent of the route. (On a large table, build the new
+-- index CONCURRENTLY under another name by hand first, then drop and rename.)
+DROP INDEX notification_intents_state_idx;
+CREATE INDEX notification_intents_state_idx ON notification_intents (state)
+    WHERE state NOT IN ('accepted', 'rejected', 'failed', 'suppressed', 'observed');

@@ -102,8 +102,8 @@ pub struct EnvOptions {
     /// named here is created with them (and its usual partitions) before `herald topics
     /// ensure`, which then leaves it as it is.
     pub topic_configs: Vec<(&'static str, &'static str, String)>,
-    /// The `order.created` route's mode: "deliver" or "observe" ([`TestEnv::set_route_mode`]
-    /// switches it for processes started afterwards).
+    /// The `order.created` route's mode: "deliver" or "observe" ([`TestEnv::set_route`]
+    /// changes the route for processes started afterwards).
     pub route_mode: &'static str,
 }
 
@@ -118,10 +118,10 @@ impl Default for EnvOptions {
     }
 }
 
-/// The generated config's route line that [`TestEnv::set_route_mode`] rewrites.
-fn route_mode_line(mode: &str) -> String {
-    format!("mode = \"{mode}\" # the order.created route")
-}
+/// The `order.created` route's settings in the generated config, between markers that
+/// [`TestEnv::set_route`] finds.
+const ROUTE_BEGIN: &str = "# order.created route settings (TestEnv::set_route)\n";
+const ROUTE_END: &str = "# end of route settings\n";
 
 /// One test's isolated world: a fresh database, a topic prefix, a config file.
 pub struct TestEnv {
@@ -146,7 +146,7 @@ impl TestEnv {
             .aws_endpoint
             .unwrap_or_else(|| format!("http://{}", moto::MOTO));
         let on_unknown = options.on_unknown;
-        let route_mode = route_mode_line(options.route_mode);
+        let route_settings = format!("{ROUTE_BEGIN}mode = \"{}\"\n{ROUTE_END}", options.route_mode);
         let unique = format!("{}_{}", name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let database = format!("herald_it_{unique}");
         let prefix = format!("it-{}-", unique.replace('_', "-"));
@@ -222,8 +222,7 @@ rate_per_second = 200
 event_kind = "order.created"
 template = "order_created"
 channels = ["email", "sms"]
-{route_mode}
-
+{route_settings}
 {extra_toml}
 "#,
             partitions("order-events"),
@@ -300,18 +299,20 @@ channels = ["email", "sms"]
         format!("{}{name}", self.prefix)
     }
 
-    /// Rewrites the `order.created` route's mode in the config file: processes started
-    /// afterwards read it (an operator's config change and restart).
-    pub fn set_route_mode(&self, mode: &str) -> Result<()> {
+    /// Rewrites the `order.created` route's settings (`mode`, `deliver_from`: TOML lines) in
+    /// the config file: processes started afterwards read them (an operator's config change
+    /// and restart).
+    pub fn set_route(&self, settings: &str) -> Result<()> {
         let config = std::fs::read_to_string(&self.config_path)?;
-        let line = config
-            .lines()
-            .find(|l| l.ends_with("# the order.created route"))
-            .context("the generated config has no route mode line")?
-            .to_owned();
+        let (head, rest) = config
+            .split_once(ROUTE_BEGIN)
+            .context("the generated config has no route settings")?;
+        let (_, tail) = rest
+            .split_once(ROUTE_END)
+            .context("the generated config's route settings do not end")?;
         std::fs::write(
             &self.config_path,
-            config.replacen(&line, &route_mode_line(mode), 1),
+            format!("{head}{ROUTE_BEGIN}{}\n{ROUTE_END}{tail}", settings.trim_end()),
         )?;
         Ok(())
     }

@@ -520,6 +520,30 @@ async fn admin_api_shows_the_ledger_and_changes_nothing_without_the_token() -> R
     assert_eq!((status, one["state"].as_str()), (200, Some("accepted")));
     let (status, _) = admin_call(&admin, "GET", "/v1/intents/not-a-uuid", None, None).await?;
     assert_eq!(status, 400);
+    // By business key: the same intent; a key of another order (a ':' inside a part is
+    // encoded) is a 404, a path that is not a key a 400.
+    let (status, by_key) = admin_call(
+        &admin,
+        "GET",
+        "/v1/intents/by-key/acme:4242:order.created:email",
+        None,
+        None,
+    )
+    .await?;
+    assert_eq!(
+        (status, by_key["id"].as_str()),
+        (200, Some(id.as_str())),
+        "{by_key}"
+    );
+    for (path, expected) in [
+        ("/v1/intents/by-key/acme:4242%3A1:order.created:email", 404),
+        ("/v1/intents/by-key/acme:4242:order.created:sms", 200),
+        ("/v1/intents/by-key/acme:4242:order.created", 400),
+        ("/v1/intents/by-key/acme:4242:order.created:fax", 400),
+    ] {
+        let (status, body) = admin_call(&admin, "GET", path, None, None).await?;
+        assert_eq!(status, expected, "{path}: {body}");
+    }
     let (status, _) = admin_call(
         &admin,
         "GET",
@@ -634,6 +658,7 @@ async fn admin_api_shows_the_ledger_and_changes_nothing_without_the_token() -> R
     for path in [
         "/v1/intents",
         "/v1/intents/{intent_id}",
+        "/v1/intents/by-key/{business_key}",
         "/v1/intents/{intent_id}/resolve",
         "/v1/dead-letters/replay",
         "/v1/suppressions",

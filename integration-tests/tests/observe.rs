@@ -116,11 +116,14 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     assert_eq!(metric(&text, "herald_fingerprint_conflicts_total", &[]), 2.0);
     assert_eq!(metric(&text, "herald_duplicates_converged_total", &[]), 2.0);
     assert_eq!(metric(&text, "herald_intents_created_total", &[]), 6.0);
+    // The relay deletes what it publishes: nothing published is what shows nothing queued.
+    assert_eq!(metric(&text, "herald_relay_published_total", &[]), 0.0, "{text}");
 
-    // The switch: the operator changes the route and restarts.
+    // The switch: the operator sets the route to deliver events that occurred from a given
+    // instant (the samples occur at 10:00:00), and restarts.
     herald.terminate(Duration::from_secs(30)).await?;
-    env.set_route_mode("deliver")?;
-    let _herald = env.spawn_roles("ingest,relay,deliver", "delivering", &[])?;
+    env.set_route("mode = \"deliver\"\ndeliver_from = \"2026-09-21T10:00:00Z\"")?;
+    let herald = env.spawn_roles("ingest,relay,deliver", "delivering", &[])?;
     // seller-2's profile arrives after the switch: the held intents were created while the
     // route observed, so they are released `observed`.
     let late_profile = late.profile("seller-2");
@@ -134,8 +137,10 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     .await?;
     env.wait_count(
         "the held intents released, observed",
-        "SELECT count(*) FROM notification_intents WHERE state = 'observed' AND consent = 'granted'
-            AND order_id LIKE '%c'",
+        &format!(
+            "SELECT count(*) FROM notification_intents WHERE state = 'observed' AND consent = 'granted'
+                AND order_id = '{order_c}'"
+        ),
         2,
         WAIT,
     )
@@ -144,12 +149,30 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     // A re-emission of an observed order after the switch converges on its observed intent
     // and is not sent.
     produce_order(&env, &format!("evt-{order_a}"), &order_a, "seller-1", "12.00").await?;
+    // A late event that occurred before deliver_from (a backlog, a replay) is observed.
+    let order_e = format!("{order_a}e");
+    let mut late_event: serde_json::Value = serde_json::from_slice(&order_event(
+        &format!("evt-{order_e}"),
+        "order.created",
+        "acme",
+        &order_e,
+        "seller-1",
+        "50.00",
+    ))?;
+    late_event["occurred_at"] = "2026-09-21T09:59:59Z".into();
+    produce(
+        &producer()?,
+        &env.topic("order-events"),
+        Some(order_e.as_bytes()),
+        Some(late_event.to_string().as_bytes()),
+        &[],
+    )
+    .await?;
     // A new order after the switch is delivered (the SMS is suppressed: opted out).
     let order_d = format!("{order_a}d");
     produce_order(&env, &format!("evt-{order_d}"), &order_d, "seller-1", "40.00").await?;
-    let sent = wait_for("order D's e-mail at the provider", WAIT, || async {
-        let sent = emails_to(&seller.email).await?;
-        Ok((!sent.is_empty()).then_some(sent))
+    wait_for("order D's e-mail at the provider", WAIT, || async {
+        Ok((!emails_to(&seller.email).await?.is_empty()).then_some(()))
     })
     .await?;
     env.wait_count(
@@ -167,6 +190,8 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     env.wait_lag_zero("herald-delivery", &["herald.deliveries"])
         .await?;
 
+    // Read again once every message was consumed and every delivery recorded.
+    let sent = emails_to(&seller.email).await?;
     assert_eq!(sent.len(), 1, "only order D's e-mail: {sent:#?}");
     assert!(
         sent[0].to_string().contains(&order_d),
@@ -184,8 +209,22 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     assert_eq!(
         env.count("SELECT count(*) FROM notification_intents WHERE state = 'observed'")
             .await?,
-        6,
-        "observed intents stay observed"
+        8,
+        "observed intents stay observed, and order E's are observed"
+    );
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM notification_intents WHERE order_id = '{order_e}' AND state = 'observed'"
+        ))
+        .await?,
+        2,
+        "order E occurred before deliver_from"
+    );
+    let text = scrape(&herald.admin_addr(WAIT).await?).await?;
+    assert_eq!(
+        metric(&text, "herald_intents_observed_total", &[]),
+        4.0,
+        "C's 2 released and E's 2, counted by the delivering instance: {text}"
     );
     let queued = env
         .count(&format!(

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use chrono::{DateTime, Utc};
 use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use herald_core::consent::is_plausible_email;
@@ -543,6 +544,22 @@ pub struct Route {
     /// `deliver` (the default) or `observe`: see [`RouteMode`].
     #[serde(default)]
     pub mode: RouteMode,
+    /// With `mode = "deliver"`: events that occurred before this instant (their
+    /// `occurred_at`) are still frozen `observed`. The switch from an older notifier is then
+    /// a property of the event, not of when or by which instance it was processed: a backlog,
+    /// a dead-letter replay, a re-emission or an instance not yet restarted decide the same.
+    #[serde(default)]
+    pub deliver_from: Option<DateTime<Utc>>,
+}
+
+impl Route {
+    /// Whether an intent of an event that occurred at `occurred_at` is frozen `observed`.
+    pub fn observes(&self, occurred_at: DateTime<Utc>) -> bool {
+        match self.mode {
+            RouteMode::Observe => true,
+            RouteMode::Deliver => self.deliver_from.is_some_and(|from| occurred_at < from),
+        }
+    }
 }
 
 /// What a route's intents become once frozen.
@@ -901,6 +918,9 @@ impl Config {
             if r.channels.iter().collect::<BTreeSet<_>>().len() != r.channels.len() {
                 bail!("routes[{n}].channels lists a channel twice");
             }
+            if r.mode == RouteMode::Observe && r.deliver_from.is_some() {
+                bail!("routes[{n}].deliver_from applies to mode = \"deliver\" only (an observed route sends nothing)");
+            }
         }
         Ok(())
     }
@@ -1110,6 +1130,25 @@ mod tests {
         assert_eq!(c.route("order.created").unwrap().mode, RouteMode::Observe);
         let e = route("mode = \"shadow\"").unwrap_err();
         assert!(format!("{e:#}").contains("shadow"), "{e:#}");
+        let e = route("mode = \"observe\"\ndeliver_from = \"2026-12-05T10:00:00Z\"").unwrap_err();
+        assert!(format!("{e:#}").contains("deliver_from"), "{e:#}");
+
+        // The switch is a property of the event: before deliver_from, observed.
+        let c = route("deliver_from = \"2026-12-05T10:00:00Z\"").unwrap();
+        let r = c.route("order.created").unwrap();
+        let at = |t: &str| t.parse::<DateTime<Utc>>().unwrap();
+        assert!(r.observes(at("2026-12-05T09:59:59.999Z")));
+        assert!(!r.observes(at("2026-12-05T10:00:00Z")));
+        let c = route("mode = \"observe\"").unwrap();
+        assert!(c
+            .route("order.created")
+            .unwrap()
+            .observes(at("2030-01-01T00:00:00Z")));
+        assert!(!route("")
+            .unwrap()
+            .route("order.created")
+            .unwrap()
+            .observes(at("2000-01-01T00:00:00Z")));
     }
 
     #[test]

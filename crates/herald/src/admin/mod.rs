@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use herald_core::Channel;
+use herald_core::{BusinessKey, Channel};
 use herald_kafka::inspect::{self, DeadLetterRecord, ReplaySelection, DEAD_LETTER_LIMIT};
 use herald_kafka::KafkaSettings;
 use herald_store::delivery::Resolution;
@@ -51,6 +51,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/openapi.json", get(openapi))
         .route("/v1/intents", get(list_intents))
         .route("/v1/intents/{intent_id}", get(get_intent))
+        .route("/v1/intents/by-key/{business_key}", get(get_intent_by_key))
         .route("/v1/intents/{intent_id}/resolve", post(resolve_intent))
         .route("/v1/suppressions", get(list_suppressions))
         .route("/v1/suppressions/lift", post(lift_suppression))
@@ -170,6 +171,51 @@ async fn get_intent(
         Some(v) => Ok(Json(v)),
         None => Err(ApiError(StatusCode::NOT_FOUND, format!("no intent {id}"))),
     }
+}
+
+/// `GET /v1/intents/by-key/{marketplace_id}:{order_id}:{event_kind}:{channel}`: the intent
+/// of a business key, as an HTTP client checks what its posts became. Each part is
+/// URL-encoded, a `:` inside a part as `%3A`; so the path is split on its raw colons before
+/// the parts are decoded (axum's decoded path parameter could no longer tell them apart).
+async fn get_intent_by_key(
+    State(s): Shared,
+    uri: Uri,
+) -> Result<Json<herald_store::inspect::IntentView>, ApiError> {
+    let raw = uri.path().rsplit('/').next().unwrap_or_default();
+    let key = business_key(raw).map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
+    match s.store.intent_view(IntentRef::Key(&key)).await? {
+        Some(v) => Ok(Json(v)),
+        None => Err(ApiError(StatusCode::NOT_FOUND, format!("no intent for {key}"))),
+    }
+}
+
+/// Parses `marketplace_id:order_id:event_kind:channel`, each part percent-encoded.
+fn business_key(raw: &str) -> Result<BusinessKey, String> {
+    const SHAPE: &str = "the key is <marketplace_id>:<order_id>:<event_kind>:<channel>, each part \
+                         URL-encoded (a ':' inside a part as %3A)";
+    let parts = raw
+        .split(':')
+        .map(|p| {
+            percent_encoding::percent_decode_str(p)
+                .decode_utf8()
+                .map(|p| p.into_owned())
+                .map_err(|_| format!("{raw:?}: a part is not UTF-8 once decoded; {SHAPE}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let [marketplace_id, order_id, event_kind, channel] =
+        <[String; 4]>::try_from(parts).map_err(|p| format!("{raw:?} has {} parts; {SHAPE}", p.len()))?;
+    if [&marketplace_id, &order_id, &event_kind]
+        .iter()
+        .any(|p| p.is_empty())
+    {
+        return Err(format!("{raw:?} has an empty part; {SHAPE}"));
+    }
+    Ok(BusinessKey {
+        marketplace_id,
+        order_id,
+        event_kind,
+        channel: channel.parse().map_err(|e| format!("{raw:?}: channel: {e}"))?,
+    })
 }
 
 #[derive(Deserialize)]
@@ -349,4 +395,37 @@ async fn replay_dead_letters(
     Ok(Json(
         serde_json::json!({ "replayed": report.replayed, "refused": report.refused, "records": chosen }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_business_key_is_split_on_its_raw_colons_then_decoded() {
+        let k = business_key("acme:8042:order.created:email").unwrap();
+        assert_eq!(
+            (
+                k.marketplace_id.as_str(),
+                k.order_id.as_str(),
+                k.event_kind.as_str(),
+                k.channel
+            ),
+            ("acme", "8042", "order.created", Channel::Email)
+        );
+        let k = business_key("acme%3Aeu:80%2042:order.created:sms").unwrap();
+        assert_eq!(
+            (k.marketplace_id.as_str(), k.order_id.as_str()),
+            ("acme:eu", "80 42")
+        );
+        for bad in [
+            "acme:8042:order.created",
+            "acme:8042:order.created:email:x",
+            "acme::order.created:email",
+            "acme:8042:order.created:fax",
+            "acme:%FF:order.created:email",
+        ] {
+            assert!(business_key(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -99,6 +99,7 @@ mod tests {
             template: "order-created".into(),
             channels: vec![herald_core::Channel::Email],
             mode: Default::default(),
+            deliver_from: None,
         });
         let batch = vec![
             message("order-events", 0, "acme:8042", ORDER),

@@ -17,7 +17,6 @@ use tracing::field::Empty;
 use tracing::{info_span, Span};
 
 use super::classify::{dead_letter, Routed};
-use crate::config::RouteMode;
 use crate::obs;
 
 /// The intents to converge, each with its span (`intent created` / `reused` / `conflict`
@@ -81,9 +80,10 @@ pub fn plan<'c, 'm>(
                         (None, Some(wait)) => intent.held(wait),
                         _ => intent,
                     };
-                    let intent = match o.route.mode {
-                        RouteMode::Observe => intent.observed(),
-                        RouteMode::Deliver => intent,
+                    let intent = if o.route.observes(o.event.occurred_at) {
+                        intent.observed()
+                    } else {
+                        intent
                     };
                     plan.push(intent, span);
                 }
@@ -142,6 +142,7 @@ mod tests {
             template: "order-created".into(),
             channels: vec![Channel::Email, Channel::Sms],
             mode: Default::default(),
+            deliver_from: None,
         };
         let message = OwnedMessage::new(
             Some(ORDER.as_bytes().to_vec()),
