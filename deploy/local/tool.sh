@@ -100,7 +100,11 @@ install_browser() {
     say "npm ci playwright-core into $BROWSER_DIR"
     mkdir -p "$BROWSER_DIR"
     cp "$BROWSER_SRC/package.json" "$BROWSER_SRC/package-lock.json" "$BROWSER_DIR/"
-    if ! npm ci --prefix "$BROWSER_DIR" --no-audit --no-fund --loglevel=error >"$BROWSER_DIR/npm.log" 2>&1; then
+    # Node trusts its own CA list only; add the system's (where a TLS-inspecting proxy's CA is
+    # installed), as apt, pip, Maven, Go and cargo already use it. An explicit setting wins.
+    local ca=/etc/ssl/certs/ca-certificates.crt
+    if ! NODE_EXTRA_CA_CERTS="${NODE_EXTRA_CA_CERTS:-$( [ -f "$ca" ] && echo "$ca")}" \
+        npm ci --prefix "$BROWSER_DIR" --no-audit --no-fund --loglevel=error >"$BROWSER_DIR/npm.log" 2>&1; then
       tail_log "$BROWSER_DIR/npm.log"
       die "npm ci of playwright-core failed"
     fi
