@@ -23,6 +23,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use rdkafka::producer::FutureProducer;
 use tokio_postgres::{Client, NoTls};
 
 pub const BROKERS: &str = "127.0.0.1:19092";
@@ -571,19 +572,47 @@ impl Drop for HeraldProcess {
     }
 }
 
+/// Produces one seller profile on the env's `seller-profiles`, keyed as Herald expects.
+pub async fn produce_seller(env: &TestEnv, p: &FutureProducer, profile: &samples::Seller<'_>) -> Result<()> {
+    kafka::produce(
+        p,
+        &env.topic("seller-profiles"),
+        Some(&profile.key()),
+        Some(&profile.value()),
+        &[],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Produces one `order.created` event of `acme` ([`samples::order_event`]) on the env's
+/// `order-events`, keyed by its order id.
+pub async fn produce_order(
+    env: &TestEnv,
+    p: &FutureProducer,
+    event_id: &str,
+    order: &str,
+    seller: &str,
+    total: &str,
+) -> Result<()> {
+    let value = samples::order_event(event_id, "order.created", "acme", order, seller, total);
+    kafka::produce(
+        p,
+        &env.topic("order-events"),
+        Some(order.as_bytes()),
+        Some(&value),
+        &[],
+    )
+    .await?;
+    Ok(())
+}
+
 /// Produces the seller profiles and waits until they are all stored (needs an ingest role
 /// running, and a namespace with no other sellers).
 pub async fn publish_sellers(env: &TestEnv, profiles: &[samples::Seller<'_>]) -> Result<()> {
     let p = kafka::producer()?;
     for profile in profiles {
-        kafka::produce(
-            &p,
-            &env.topic("seller-profiles"),
-            Some(&profile.key()),
-            Some(&profile.value()),
-            &[],
-        )
-        .await?;
+        produce_seller(env, &p, profile).await?;
     }
     env.wait_count(
         "sellers stored",
@@ -600,22 +629,7 @@ pub async fn seed_orders(env: &TestEnv, seller: &samples::UniqueSeller, orders: 
     publish_sellers(env, &[seller.profile("seller-1")]).await?;
     let p = kafka::producer()?;
     for order in orders {
-        let value = samples::order_event(
-            &format!("evt-{order}"),
-            "order.created",
-            "acme",
-            order,
-            "seller-1",
-            "12.00",
-        );
-        kafka::produce(
-            &p,
-            &env.topic("order-events"),
-            Some(order.as_bytes()),
-            Some(&value),
-            &[],
-        )
-        .await?;
+        produce_order(env, &p, &format!("evt-{order}"), order, "seller-1", "12.00").await?;
     }
     Ok(())
 }

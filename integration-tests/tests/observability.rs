@@ -11,7 +11,7 @@ use integration_tests::http::{request, request_text, scrape};
 use integration_tests::kafka::{produce, producer};
 use integration_tests::samples::{order_event, UniqueSeller};
 use integration_tests::trace_ui::{random_hex, send_traced_order, traced_env, TracedOrder};
-use integration_tests::{seed_orders, wait_for, workspace_root, HeraldProcess, TestEnv};
+use integration_tests::{produce_order, seed_orders, wait_for, workspace_root, HeraldProcess, TestEnv};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -249,22 +249,7 @@ async fn produce_orders(env: &TestEnv, sellers: std::ops::Range<usize>, per_sell
         .await?;
         for o in 0..per_seller {
             let order = format!("9{s:03}{o:02}");
-            let value = order_event(
-                &format!("evt-{order}"),
-                "order.created",
-                "acme",
-                &order,
-                &seller,
-                "12.00",
-            );
-            produce(
-                &p,
-                &env.topic("order-events"),
-                Some(order.as_bytes()),
-                Some(&value),
-                &[],
-            )
-            .await?;
+            produce_order(env, &p, &format!("evt-{order}"), &order, &seller, "12.00").await?;
         }
     }
     Ok(())

@@ -12,22 +12,9 @@ use integration_tests::http::{metric, scrape};
 use integration_tests::kafka::{produce, producer};
 use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::{order_event, UniqueSeller};
-use integration_tests::{publish_sellers, wait_for, EnvOptions, TestEnv};
+use integration_tests::{produce_order, produce_seller, publish_sellers, wait_for, EnvOptions, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);
-
-async fn produce_order(env: &TestEnv, event_id: &str, order: &str, seller: &str, total: &str) -> Result<()> {
-    let value = order_event(event_id, "order.created", "acme", order, seller, total);
-    produce(
-        &producer()?,
-        &env.topic("order-events"),
-        Some(order.as_bytes()),
-        Some(&value),
-        &[],
-    )
-    .await?;
-    Ok(())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sends_only_new_intents(
@@ -43,6 +30,7 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     .await?;
     // Every role runs: a delivery worker is there to send anything that got queued.
     let mut herald = env.spawn_roles("ingest,relay,deliver", "observing", &[])?;
+    let p = producer()?;
     let seller = UniqueSeller::new();
     let late = UniqueSeller::new();
     // SMS opted out: observed intents keep any consent decision, not only `granted`.
@@ -53,12 +41,20 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     let order_a = format!("9{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
     let order_b = format!("{order_a}b");
     let order_c = format!("{order_a}c");
-    produce_order(&env, &format!("evt-{order_a}"), &order_a, "seller-1", "12.00").await?;
-    produce_order(&env, &format!("evt-{order_a}"), &order_a, "seller-1", "12.00").await?; // a retry
-    produce_order(&env, &format!("evt-{order_a}-2"), &order_a, "seller-1", "13.00").await?; // changed
-    produce_order(&env, &format!("evt-{order_b}"), &order_b, "seller-1", "20.00").await?;
+    produce_order(&env, &p, &format!("evt-{order_a}"), &order_a, "seller-1", "12.00").await?;
+    produce_order(&env, &p, &format!("evt-{order_a}"), &order_a, "seller-1", "12.00").await?; // a retry
+    produce_order(
+        &env,
+        &p,
+        &format!("evt-{order_a}-2"),
+        &order_a,
+        "seller-1",
+        "13.00",
+    )
+    .await?; // changed
+    produce_order(&env, &p, &format!("evt-{order_b}"), &order_b, "seller-1", "20.00").await?;
     // seller-2 has no profile yet: held, in observe mode.
-    produce_order(&env, &format!("evt-{order_c}"), &order_c, "seller-2", "30.00").await?;
+    produce_order(&env, &p, &format!("evt-{order_c}"), &order_c, "seller-2", "30.00").await?;
 
     env.wait_count(
         "4 intents observed, 2 held",
@@ -126,15 +122,7 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     let herald = env.spawn_roles("ingest,relay,deliver", "delivering", &[])?;
     // seller-2's profile arrives after the switch: the held intents were created while the
     // route observed, so they are released `observed`.
-    let late_profile = late.profile("seller-2");
-    produce(
-        &producer()?,
-        &env.topic("seller-profiles"),
-        Some(&late_profile.key()),
-        Some(&late_profile.value()),
-        &[],
-    )
-    .await?;
+    produce_seller(&env, &p, &late.profile("seller-2")).await?;
     env.wait_count(
         "the held intents released, observed",
         &format!(
@@ -148,7 +136,7 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
 
     // A re-emission of an observed order after the switch converges on its observed intent
     // and is not sent.
-    produce_order(&env, &format!("evt-{order_a}"), &order_a, "seller-1", "12.00").await?;
+    produce_order(&env, &p, &format!("evt-{order_a}"), &order_a, "seller-1", "12.00").await?;
     // A late event that occurred before deliver_from (a backlog, a replay) is observed.
     let order_e = format!("{order_a}e");
     let mut late_event: serde_json::Value = serde_json::from_slice(&order_event(
@@ -161,7 +149,7 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     ))?;
     late_event["occurred_at"] = "2026-09-21T09:59:59Z".into();
     produce(
-        &producer()?,
+        &p,
         &env.topic("order-events"),
         Some(order_e.as_bytes()),
         Some(late_event.to_string().as_bytes()),
@@ -170,7 +158,7 @@ async fn an_observed_route_freezes_and_counts_but_never_sends_and_the_switch_sen
     .await?;
     // A new order after the switch is delivered (the SMS is suppressed: opted out).
     let order_d = format!("{order_a}d");
-    produce_order(&env, &format!("evt-{order_d}"), &order_d, "seller-1", "40.00").await?;
+    produce_order(&env, &p, &format!("evt-{order_d}"), &order_d, "seller-1", "40.00").await?;
     wait_for("order D's e-mail at the provider", WAIT, || async {
         Ok((!emails_to(&seller.email).await?.is_empty()).then_some(()))
     })

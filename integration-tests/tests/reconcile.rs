@@ -21,13 +21,25 @@ type StatusRow = (String, String, Option<String>, Option<f64>, Option<String>);
 /// The reconcile role reads SQS straight from moto; the senders may sit behind a proxy.
 const DIRECT_TO_MOTO: (&str, &str) = ("HERALD_AWS__ENDPOINT_URL", "http://127.0.0.1:14566");
 
-async fn env_behind_proxy(
+/// A test's world whose senders reach SES through a proxy holding its answers (an e-mail
+/// attempt ends `unknown`), with an event queue and a silence window of `silence_secs`.
+async fn held_answers(
     name: &str,
     on_unknown: &'static str,
-    queue: &EventQueue,
     silence_secs: u64,
-) -> Result<(TestEnv, Proxy)> {
-    TestEnv::behind_proxy(name, &queue.config(silence_secs), on_unknown).await
+) -> Result<(TestEnv, Proxy, EventQueue, UniqueSeller)> {
+    let queue = EventQueue::create(name).await?;
+    let (env, proxy) = TestEnv::behind_proxy(name, &queue.config(silence_secs), on_unknown).await?;
+    proxy.delay_responses().await?;
+    Ok((env, proxy, queue, UniqueSeller::new()))
+}
+
+/// Removes what [`held_answers`] made.
+async fn clean_up(env: TestEnv, proxy: Proxy, queue: EventQueue) -> Result<()> {
+    queue.delete().await;
+    proxy.delete().await?;
+    env.cleanup().await;
+    Ok(())
 }
 
 /// The e-mail intent of `order`: (id in simple form, state, consent).
@@ -82,13 +94,10 @@ async fn wait_drained(queue: &EventQueue) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_email_is_settled_by_the_providers_events_and_sent_once() -> Result<()> {
-    let queue = EventQueue::create("settle").await?;
     // `retry`, and a silence window longer than the test: only evidence can settle the
     // intent, and without it the policy would send again.
-    let (env, proxy) = env_behind_proxy("evidence", "retry", &queue, 3600).await?;
-    proxy.delay_responses().await?;
+    let (env, proxy, queue, seller) = held_answers("evidence", "retry", 3600).await?;
     let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &[])?;
-    let seller = UniqueSeller::new();
     seed_orders(&env, &seller, &["8301"]).await?;
     env.wait_count(
         "the e-mail intent unknown, waiting for evidence",
@@ -224,27 +233,21 @@ async fn an_unknown_email_is_settled_by_the_providers_events_and_sent_once() -> 
         )
         .await?;
     assert_eq!(stored, 0, "no address is stored with the evidence");
-    queue.delete().await;
-    proxy.delete().await?;
-    env.cleanup().await;
-    Ok(())
+    clean_up(env, proxy, queue).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_that_arrives_before_the_attempt_is_unknown_settles_it_as_soon_as_it_is() -> Result<()> {
-    let queue = EventQueue::create("early").await?;
     // Attempts that wait 15 s for SES's answer: the event arrives while the worker still
     // waits, before the attempt is recorded unknown. A window longer than the test: the
     // stored event settles the intent, not the window's end.
-    let (env, proxy) = env_behind_proxy("early", "retry", &queue, 3600).await?;
-    proxy.delay_responses().await?;
+    let (env, proxy, queue, seller) = held_answers("early", "retry", 3600).await?;
     let slow = [
         ("HERALD_AWS__ATTEMPT_TIMEOUT_MS", "15000"),
         ("HERALD_DELIVERY__LEASE_SECS", "60"),
     ];
     let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &slow)?;
     let _reconcile = env.spawn_roles("reconcile", "reconcile", &[DIRECT_TO_MOTO])?;
-    let seller = UniqueSeller::new();
     seed_orders(&env, &seller, &["8351"]).await?;
     let message_id = wait_for("SES received the e-mail", WAIT, || async {
         Ok(emails_to(&seller.email)
@@ -290,24 +293,18 @@ async fn an_event_that_arrives_before_the_attempt_is_unknown_settles_it_as_soon_
     assert_eq!(email_attempts(&env).await?, vec![("unknown".into(), false)]);
     proxy.remove_toxic("slow-responses").await?;
     assert_eq!(emails_to(&seller.email).await?.len(), 1, "no resend");
-    queue.delete().await;
-    proxy.delete().await?;
-    env.cleanup().await;
-    Ok(())
+    clean_up(env, proxy, queue).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_after_the_silence_scheduled_a_resend_cancels_the_resend() -> Result<()> {
-    let queue = EventQueue::create("late").await?;
-    let (env, proxy) = env_behind_proxy("lateevent", "retry", &queue, 2).await?;
-    proxy.delay_responses().await?;
+    let (env, proxy, queue, seller) = held_answers("lateevent", "retry", 2).await?;
     // The resend waits at least 6 s (full jitter over a 60 s backoff): time for SES's event.
     let slow_resend = [
         ("HERALD_CHANNELS__EMAIL__BASE_BACKOFF_MS", "60000"),
         ("HERALD_CHANNELS__EMAIL__MAX_BACKOFF_MS", "60000"),
     ];
     let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &slow_resend)?;
-    let seller = UniqueSeller::new();
     seed_orders(&env, &seller, &["8361"]).await?;
     env.wait_count(
         "the silence sweep scheduled a resend",
@@ -358,19 +355,12 @@ async fn an_event_after_the_silence_scheduled_a_resend_cancels_the_resend() -> R
         "no resend"
     );
     assert_eq!(emails_to(&seller.email).await?.len(), 1);
-    queue.delete().await;
-    proxy.delete().await?;
-    env.cleanup().await;
-    Ok(())
+    clean_up(env, proxy, queue).await
 }
 
 /// No event within the silence window: the channel's policy decides, and says so.
 async fn silence(on_unknown: &'static str) -> Result<(TestEnv, Proxy, EventQueue, UniqueSeller)> {
-    let queue = EventQueue::create("silence").await?;
-    let (env, proxy) = env_behind_proxy(&format!("silence{on_unknown}"), on_unknown, &queue, 2).await?;
-    proxy.delay_responses().await?;
-    let seller = UniqueSeller::new();
-    Ok((env, proxy, queue, seller))
+    held_answers(&format!("silence{on_unknown}"), on_unknown, 2).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,10 +409,7 @@ async fn with_no_event_the_hold_policy_holds_after_the_silence_window_and_says_s
         resolutions(&env).await?.last().map(|r| r.1.clone()),
         Some("operator".into())
     );
-    queue.delete().await;
-    proxy.delete().await?;
-    env.cleanup().await;
-    Ok(())
+    clean_up(env, proxy, queue).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,10 +445,7 @@ async fn with_no_event_the_retry_policy_sends_again_after_the_silence_window() -
     // Every attempt but not_sent ones reached the provider: the duplicate is on record.
     let reached = attempts.iter().filter(|a| a.0 != "not_sent").count();
     assert_eq!(emails_to(&seller.email).await?.len(), reached);
-    queue.delete().await;
-    proxy.delete().await?;
-    env.cleanup().await;
-    Ok(())
+    clean_up(env, proxy, queue).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
