@@ -43,27 +43,72 @@ pub async fn request_text(
     headers: &[(&str, &str)],
     body: Option<&Value>,
 ) -> Result<(u16, String)> {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut all = headers.to_vec();
+    all.push(("Content-Type", "application/json"));
+    let r = exchange(addr, method, path, &all, body.as_bytes()).await?;
+    Ok((r.status, r.body))
+}
+
+/// An answer: status, headers (names lowercased) and body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (Null when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// Sends exactly these headers (and Host, Content-Length) and body bytes, as `curl -H ...
+/// --data-binary` would.
+pub async fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Answer> {
     let mut s = TcpStream::connect(addr)
         .await
         .with_context(|| format!("connecting to {addr} (is the local stack up?)"))?;
-    let body = body.map(Value::to_string).unwrap_or_default();
     let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
-    s.write_all(
-        format!(
-            "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
+    let mut request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{extra}Content-Length: {}\r\n\r\n",
+        body.len()
     )
-    .await?;
+    .into_bytes();
+    request.extend_from_slice(body);
+    s.write_all(&request).await?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).await?;
     let text = String::from_utf8_lossy(&raw);
     let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP response")?;
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
+    let mut lines = head.lines();
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|s| s.parse().ok())
         .with_context(|| format!("no status in {head:?}"))?;
-    Ok((status, body.to_owned()))
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Ok(Answer {
+        status,
+        headers,
+        body: body.to_owned(),
+    })
 }

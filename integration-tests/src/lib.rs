@@ -553,10 +553,20 @@ impl HeraldProcess {
     /// `127.0.0.1:PORT` of this process's admin endpoint (an ephemeral port, read from its
     /// "admin endpoint listening" log line).
     pub async fn admin_addr(&self, timeout: Duration) -> Result<String> {
-        wait_for("admin endpoint listening", timeout, || async {
+        self.listening("admin endpoint listening", timeout).await
+    }
+
+    /// `127.0.0.1:PORT` of this process's HTTP ingest listener (`[http_ingest] listen =
+    /// "127.0.0.1:0"`), read from its "HTTP ingest listening" log line.
+    pub async fn http_ingest_addr(&self, timeout: Duration) -> Result<String> {
+        self.listening("HTTP ingest listening", timeout).await
+    }
+
+    async fn listening(&self, message: &str, timeout: Duration) -> Result<String> {
+        wait_for(message, timeout, || async {
             Ok(self.log().lines().find_map(|l| {
                 let v: serde_json::Value = serde_json::from_str(l).ok()?;
-                (v["message"] == "admin endpoint listening")
+                (v["message"] == message)
                     .then(|| v["listen"].as_str().map(str::to_owned))
                     .flatten()
             }))

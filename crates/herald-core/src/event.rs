@@ -87,7 +87,11 @@ pub struct OrderEvent {
 impl OrderEvent {
     /// Decodes and validates one Kafka message value of at most `max_bytes`.
     pub fn decode(bytes: &[u8], max_bytes: usize) -> Result<Self, DecodeError> {
-        let document = decode_object(bytes, max_bytes)?;
+        Self::from_document(decode_object(bytes, max_bytes)?)
+    }
+
+    /// Validates a decoded JSON object (from [`decode_object`]) as an order event.
+    pub fn from_document(document: Map<String, Value>) -> Result<Self, DecodeError> {
         let text = |name: &str| required_id(&document, name);
         let event_kind = text("event_kind")?;
         if !event_kind

@@ -35,6 +35,19 @@ pub struct SourceRef {
     pub offset: i64,
 }
 
+impl SourceRef {
+    /// A request to the HTTP ingest listener: `http:<Idempotency-Key>`, partition and offset
+    /// -1 (no Kafka topic name holds a `:`, so it never names one). Unique per key, as
+    /// `intent_conflicts_source` needs.
+    pub fn http(idempotency_key: &str) -> Self {
+        Self {
+            topic: format!("http:{idempotency_key}"),
+            partition: -1,
+            offset: -1,
+        }
+    }
+}
+
 /// One (event, channel) ready to converge.
 #[derive(Debug, Clone)]
 pub struct NewIntent<'e> {
@@ -115,8 +128,19 @@ pub enum Convergence {
     },
 }
 
+impl Convergence {
+    /// The intent that holds the key, whatever became of this input.
+    pub fn intent_id(&self) -> Uuid {
+        match self {
+            Convergence::Created { intent_id, .. }
+            | Convergence::Duplicate { intent_id }
+            | Convergence::Conflict { intent_id, .. } => *intent_id,
+        }
+    }
+}
+
 pub struct IngestTx<'a> {
-    tx: deadpool_postgres::Transaction<'a>,
+    pub(crate) tx: deadpool_postgres::Transaction<'a>,
 }
 
 impl<'a> IngestTx<'a> {

@@ -301,7 +301,8 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
                         i.request_fingerprint, i.seller_id, i.template, i.template_revision, i.payload_digest,
                         i.consent, i.state, i.attempt_count, i.next_attempt_at, i.lease_owner, i.lease_until,
                         i.trace_context, i.event_id, i.occurred_at,
-                        i.source_topic || '/' || i.source_partition || '@' || i.source_offset,
+                        CASE WHEN i.source_partition < 0 THEN i.source_topic
+                             ELSE i.source_topic || '/' || i.source_partition || '@' || i.source_offset END,
                         i.created_at, i.updated_at,
                         p.destination, p.locale, p.subject, octet_length(p.body_text), p.body_html IS NOT NULL,
                         (SELECT count(*) FROM outbox o WHERE o.intent_id = i.id),
@@ -385,7 +386,8 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
         let conflicts = conn
             .query(
                 "SELECT offending_event_id, offending_fingerprint,
-                        source_topic || '/' || source_partition || '@' || source_offset, detected_at
+                        CASE WHEN source_partition < 0 THEN source_topic
+                             ELSE source_topic || '/' || source_partition || '@' || source_offset END, detected_at
                  FROM intent_conflicts WHERE intent_id = $1 ORDER BY id",
                 &[&id],
             )

@@ -9,6 +9,7 @@ pub mod delivery;
 pub mod evidence;
 pub mod failure;
 pub mod holds;
+pub mod http_requests;
 pub mod ingest;
 pub mod inspect;
 pub mod migrate;

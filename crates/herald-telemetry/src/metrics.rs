@@ -22,6 +22,23 @@ const LATENCY_BOUNDS: [f64; 14] = [
 ];
 const BATCH_BOUNDS: [f64; 10] = [1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0];
 
+/// How HTTP ingest answered (`herald_http_ingest_requests_total{outcome}`).
+pub const HTTP_INGEST_OUTCOMES: [&str; 13] = [
+    "created",
+    "replayed",
+    "business_key_conflict",
+    "idempotency_key_reused",
+    "in_progress",
+    "invalid",
+    "missing_key",
+    "too_large",
+    "unsupported_media_type",
+    "unauthorised",
+    "not_routed",
+    "unrendered",
+    "unavailable",
+];
+
 /// What became of held intents (`herald_intents_held_total{outcome}`).
 pub const HOLD_OUTCOMES: [&str; 4] = ["held", "released", "expired", "release_failed"];
 
@@ -42,6 +59,7 @@ pub struct Metrics {
     batches_retried: Counter<u64>,
     messages_isolated: Counter<u64>,
     holds: Counter<u64>,
+    http_ingest_requests: Counter<u64>,
     attempt_duration: Histogram<f64>,
     ingest_batch_size: Histogram<u64>,
     ingest_commit_duration: Histogram<f64>,
@@ -89,6 +107,13 @@ impl Metrics {
             intents_created: meter
                 .u64_counter("herald_intents_created")
                 .with_description("Notification intents created (first sight of a business key and channel)")
+                .build(),
+            http_ingest_requests: meter
+                .u64_counter("herald_http_ingest_requests")
+                .with_description(
+                    "Requests to POST /v1/order-events, by how they were answered (created, replayed, \
+                     business_key_conflict, idempotency_key_reused, in_progress, the refusals)",
+                )
                 .build(),
             intents_observed: meter
                 .u64_counter("herald_intents_observed")
@@ -458,6 +483,21 @@ impl Metrics {
         for outcome in HOLD_OUTCOMES {
             self.holds.add(0, &[KeyValue::new("outcome", outcome)]);
         }
+    }
+
+    /// Every outcome at 0, so that a rate over them exists before the first request.
+    pub fn init_http_ingest(&self) {
+        for outcome in HTTP_INGEST_OUTCOMES {
+            self.http_ingest_requests
+                .add(0, &[KeyValue::new("outcome", outcome)]);
+        }
+    }
+
+    /// An HTTP ingest request answered with `outcome`, one of [`HTTP_INGEST_OUTCOMES`].
+    pub fn http_ingest_request(&self, outcome: &'static str) {
+        debug_assert!(HTTP_INGEST_OUTCOMES.contains(&outcome), "{outcome}");
+        self.http_ingest_requests
+            .add(1, &[KeyValue::new("outcome", outcome)]);
     }
 
     /// `n` held intents had `outcome`, one of [`HOLD_OUTCOMES`].

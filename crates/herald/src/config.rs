@@ -26,6 +26,7 @@ pub struct Config {
     pub log: LogSettings,
     pub telemetry: OtelSettings,
     pub admin: AdminConfig,
+    pub http_ingest: HttpIngestConfig,
     pub database: DatabaseConfig,
     pub kafka: KafkaConfig,
     pub ingest: IngestConfig,
@@ -65,20 +66,66 @@ impl Default for AdminConfig {
 impl AdminConfig {
     /// The configured token, from `token` or `token_file`; `None` when neither is set.
     pub fn bearer_token(&self) -> anyhow::Result<Option<String>> {
-        if let Some(t) = self.token.as_deref().filter(|t| !t.is_empty()) {
-            return Ok(Some(t.to_owned()));
-        }
-        match self.token_file.as_deref().filter(|f| !f.is_empty()) {
-            Some(f) => {
-                let t = std::fs::read_to_string(f).with_context(|| format!("admin.token_file {f}"))?;
-                let t = t.trim_end().to_owned();
-                if t.is_empty() {
-                    bail!("admin.token_file {f} is empty");
-                }
-                Ok(Some(t))
+        bearer_token("admin", self.token.as_deref(), self.token_file.as_deref())
+    }
+}
+
+/// A bearer token given inline or in a file (trailing whitespace ignored); `section` names
+/// the keys in errors.
+fn bearer_token(section: &str, token: Option<&str>, file: Option<&str>) -> anyhow::Result<Option<String>> {
+    if let Some(t) = token.filter(|t| !t.is_empty()) {
+        return Ok(Some(t.to_owned()));
+    }
+    match file.filter(|f| !f.is_empty()) {
+        Some(f) => {
+            let t = std::fs::read_to_string(f).with_context(|| format!("{section}.token_file {f}"))?;
+            let t = t.trim_end().to_owned();
+            if t.is_empty() {
+                bail!("{section}.token_file {f} is empty");
             }
-            None => Ok(None),
+            Ok(Some(t))
         }
+        None => Ok(None),
+    }
+}
+
+/// HTTP ingest: `POST /v1/order-events` with an `Idempotency-Key`, for producers that
+/// cannot write to Kafka. Served by processes running the ingest role.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpIngestConfig {
+    /// `host:port`; empty (the default): no HTTP ingest.
+    pub listen: String,
+    /// Bearer token every request needs (not the admin token). Prefer `token_file` or
+    /// `HERALD_HTTP_INGEST__TOKEN`; the listener refuses to start without one.
+    pub token: Option<String>,
+    pub token_file: Option<String>,
+    /// How long an Idempotency-Key is answered with its first response: at least 24.
+    pub key_retention_hours: u32,
+    /// How long a request waits for another request with the same key before answering
+    /// 409 (still in progress).
+    pub in_progress_wait_ms: u64,
+}
+
+impl Default for HttpIngestConfig {
+    fn default() -> Self {
+        Self {
+            listen: String::new(),
+            token: None,
+            token_file: None,
+            key_retention_hours: 168,
+            in_progress_wait_ms: 200,
+        }
+    }
+}
+
+impl HttpIngestConfig {
+    pub fn bearer_token(&self) -> anyhow::Result<Option<String>> {
+        bearer_token("http_ingest", self.token.as_deref(), self.token_file.as_deref())
+    }
+
+    pub fn key_retention(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(u64::from(self.key_retention_hours) * 3600)
     }
 }
 
@@ -577,10 +624,11 @@ pub enum RouteMode {
 }
 
 /// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 14] = [
     "log",
     "telemetry",
     "admin",
+    "http_ingest",
     "database",
     "kafka",
     "ingest",
@@ -651,6 +699,37 @@ impl Config {
             0,
             36,
         )?;
+        let h = &self.http_ingest;
+        range(
+            "http_ingest.key_retention_hours",
+            h.key_retention_hours.into(),
+            24,
+            24 * 365,
+        )?;
+        range(
+            "http_ingest.in_progress_wait_ms",
+            h.in_progress_wait_ms,
+            1,
+            10_000,
+        )?;
+        if !h.listen.is_empty() {
+            h.listen
+                .parse::<std::net::SocketAddr>()
+                .map_err(|e| anyhow::anyhow!("http_ingest.listen {:?}: {e}", h.listen))?;
+            if h.token.as_deref().is_none_or(str::is_empty)
+                && h.token_file.as_deref().is_none_or(str::is_empty)
+            {
+                bail!(
+                    "http_ingest.listen is set but neither http_ingest.token nor http_ingest.token_file is"
+                );
+            }
+            if h.listen == self.admin.listen && !h.listen.ends_with(":0") {
+                bail!(
+                    "http_ingest.listen and admin.listen are both {:?}: give each its own",
+                    h.listen
+                );
+            }
+        }
         if self.kafka.brokers.trim().is_empty() {
             bail!("kafka.brokers is empty");
         }
@@ -1238,6 +1317,35 @@ mod tests {
         );
         let e = load_str("[kafka]\nreplication_factor = 1\nmin_insync_replicas = 2").unwrap_err();
         assert!(format!("{e:#}").contains("kafka.min_insync_replicas"), "{e:#}");
+    }
+
+    #[test]
+    fn http_ingest_is_off_by_default_and_needs_a_token_and_a_day_of_keys() {
+        let c = load_str("").unwrap();
+        assert!(c.http_ingest.listen.is_empty());
+        assert_eq!(c.http_ingest.key_retention(), Duration::from_secs(168 * 3600));
+        let on = "[http_ingest]\nlisten = \"127.0.0.1:9465\"\ntoken = \"t\"\n";
+        assert_eq!(
+            load_str(on)
+                .unwrap()
+                .http_ingest
+                .bearer_token()
+                .unwrap()
+                .as_deref(),
+            Some("t")
+        );
+        for (toml, key) in [
+            ("[http_ingest]\nlisten = \"127.0.0.1:9465\"", "http_ingest.token"),
+            ("[http_ingest]\nkey_retention_hours = 23", "http_ingest.key_retention_hours"),
+            ("[http_ingest]\nlisten = \"nowhere\"\ntoken = \"t\"", "http_ingest.listen"),
+            (
+                "[admin]\nlisten = \"127.0.0.1:9465\"\n[http_ingest]\nlisten = \"127.0.0.1:9465\"\ntoken = \"t\"",
+                "admin.listen",
+            ),
+        ] {
+            let e = load_str(toml).unwrap_err().to_string();
+            assert!(e.contains(key), "{toml}: {e}");
+        }
     }
 
     #[test]

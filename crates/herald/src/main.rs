@@ -20,6 +20,7 @@ mod config;
 mod deliver;
 mod gauges;
 mod health;
+mod http_ingest;
 mod ingest;
 mod obs;
 mod progress;

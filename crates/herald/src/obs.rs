@@ -50,6 +50,21 @@ pub fn process_span(
     span
 }
 
+/// An HTTP server span (`POST /v1/order-events`), child of the client's `traceparent`;
+/// `http.response.status_code` is recorded once answered.
+pub fn http_server_span(method: &str, route: &str, traceparent: Option<&str>) -> Span {
+    let span = info_span!(
+        "http",
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+    );
+    propagation::set_remote_parent(&span, traceparent);
+    span
+}
+
 /// A poll batch: linked to each message's producer context (a batch has many parents).
 pub fn receive_span<'a>(
     topic: &str,

@@ -4,6 +4,8 @@
 
 mod auth;
 
+pub use auth::authorised;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +55,7 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/intents/{intent_id}", get(get_intent))
         .route("/v1/intents/by-key/{business_key}", get(get_intent_by_key))
         .route("/v1/intents/{intent_id}/resolve", post(resolve_intent))
+        .route("/v1/http-requests/{idempotency_key}", get(get_http_request))
         .route("/v1/suppressions", get(list_suppressions))
         .route("/v1/suppressions/lift", post(lift_suppression))
         .route("/v1/dead-letters", get(list_dead_letters))
@@ -186,6 +189,21 @@ async fn get_intent_by_key(
     match s.store.intent_view(IntentRef::Key(&key)).await? {
         Some(v) => Ok(Json(v)),
         None => Err(ApiError(StatusCode::NOT_FOUND, format!("no intent for {key}"))),
+    }
+}
+
+/// `GET /v1/http-requests/{idempotency_key}` (URL-encoded): what HTTP ingest stored for a
+/// key until it expires, its answer and the other requests refused under it.
+async fn get_http_request(
+    State(s): Shared,
+    Path(key): Path<String>,
+) -> Result<Json<herald_store::http_requests::RequestKeyView>, ApiError> {
+    match s.store.request_key(&key).await? {
+        Some(v) => Ok(Json(v)),
+        None => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no live HTTP request with Idempotency-Key {key:?}"),
+        )),
     }
 }
 

@@ -6,13 +6,35 @@ use herald_core::event::DeadLetterReason;
 use herald_core::{OrderEvent, SellerRecord};
 use herald_kafka::headers::{header_str, valid_traceparent, TRACEPARENT};
 use herald_kafka::{DeadLetter, Message, OwnedMessage};
+use herald_store::ingest::SourceRef;
 use tracing::Span;
 
 use crate::config::{Config, Route};
 
+/// Where a routed order came from.
+pub enum Origin<'m> {
+    Kafka(&'m OwnedMessage),
+    /// A request to the HTTP ingest listener, by its Idempotency-Key.
+    Http(&'m str),
+}
+
+impl Origin<'_> {
+    /// What the intent and a conflict record as its source.
+    pub fn source(&self) -> SourceRef {
+        match self {
+            Origin::Kafka(m) => SourceRef {
+                topic: m.topic().to_owned(),
+                partition: m.partition(),
+                offset: m.offset(),
+            },
+            Origin::Http(key) => SourceRef::http(key),
+        }
+    }
+}
+
 /// An order event that has a route, with where it came from.
 pub struct Routed<'m> {
-    pub message: &'m OwnedMessage,
+    pub origin: Origin<'m>,
     pub event: OrderEvent,
     pub route: &'m Route,
     /// The producer's `traceparent` header, when well-formed.
@@ -45,7 +67,7 @@ pub fn classify<'m>(config: &'m Config, seller_topic: &str, batch: &'m [OwnedMes
         match OrderEvent::decode(m.payload().unwrap_or_default(), max_bytes) {
             Ok(event) => match config.route(&event.event_kind) {
                 Some(route) => out.orders.push(Routed {
-                    message: m,
+                    origin: Origin::Kafka(m),
                     trace_context: header_str(m, TRACEPARENT)
                         .and_then(valid_traceparent)
                         .map(str::to_owned),
@@ -130,7 +152,7 @@ mod tests {
             message("order-events", 3, "acme:8042", &ORDER.replace("evt-1", "evt-2")),
         ];
         let c = classify(&config, "seller-profiles", &batch);
-        let offsets: Vec<i64> = c.orders.iter().map(|o| o.message.offset()).collect();
+        let offsets: Vec<i64> = c.orders.iter().map(|o| o.origin.source().offset).collect();
         assert_eq!(offsets, [0, 3]);
         assert_eq!(c.sellers.len(), 1);
         assert_eq!(c.no_route, 1);

@@ -19,8 +19,8 @@ use herald_store::{Convergence, IngestTx, NewIntent, Store};
 use herald_telemetry::propagation::{self, trace_id};
 use tracing::{info, warn, Instrument, Span};
 
-use super::classify::{classify, Routed};
-use super::plan::plan;
+use super::classify::{classify, Origin, Routed};
+use super::plan::{plan, Plan};
 use super::release::{release, Released};
 use super::IngestStats;
 use crate::config::Config;
@@ -89,8 +89,48 @@ async fn converge_part<'m>(
         let held = tx.open_holds_of(&updated).await.context("reading held intents")?;
         released = release(&tx, &renderer, held).await?;
     }
-    let seller_keys: Vec<(String, String)> = classified
-        .orders
+    let plan = plan_orders(ctx, &tx, &renderer, &classified.orders).await?;
+    let started = Instant::now();
+    let results = tx.converge(plan.intents()).await.context("converging intents")?;
+    // Failure policy: a crash before this commit leaves nothing behind (the batch is read
+    // again); after it, the dead letters and the offset store may be lost, and the replay
+    // converges on the rows just written and produces the dead letters again. Held intents
+    // released here are frozen with their outbox rows by this same commit.
+    fail::fail_point!("ingest-before-db-commit");
+    tx.commit().await.context("committing the ingest transaction")?;
+    drop(conn);
+    ctx.obs.metrics.ingest_batch(part.len(), started.elapsed());
+    released.report(&ctx.stats, "profile");
+
+    report_convergence(ctx, &plan, &results);
+    let s = &ctx.stats;
+    s.no_route.fetch_add(classified.no_route, Relaxed);
+    s.metrics.events_ignored("no_route", classified.no_route);
+    s.seller_updates.fetch_add(seller_count, Relaxed);
+    tracing::debug!(
+        messages = part.len(),
+        intents = results.len(),
+        "ingest batch committed"
+    );
+    let mut poison = classified.poison;
+    poison.extend(
+        plan.unrendered
+            .iter()
+            .filter_map(|u| u.dead_letter(&classified.orders)),
+    );
+    Ok(poison)
+}
+
+/// Within `tx`: the seller profiles of `orders` (with holds on, sellers without one are
+/// locked and looked up again), then what the orders become ([`plan`]).
+pub async fn plan_orders<'c>(
+    ctx: &IngestContext,
+    tx: &IngestTx<'_>,
+    renderer: &Renderer,
+    orders: &'c [Routed<'_>],
+) -> anyhow::Result<Plan<'c>> {
+    let hold = ctx.config.ingest.profile_wait();
+    let seller_keys: Vec<(String, String)> = orders
         .iter()
         .map(|o| (o.event.marketplace_id.clone(), o.event.seller_id.clone()))
         .collect::<BTreeSet<_>>()
@@ -113,37 +153,17 @@ async fn converge_part<'m>(
             profiles.extend(tx.sellers(&missing).await.context("reading seller profiles")?);
         }
     }
-    let plan = plan(&renderer, &profiles, &classified.orders, hold);
-    let started = Instant::now();
-    let results = tx.converge(plan.intents()).await.context("converging intents")?;
-    // Failure policy: a crash before this commit leaves nothing behind (the batch is read
-    // again); after it, the dead letters and the offset store may be lost, and the replay
-    // converges on the rows just written and produces the dead letters again. Held intents
-    // released here are frozen with their outbox rows by this same commit.
-    fail::fail_point!("ingest-before-db-commit");
-    tx.commit().await.context("committing the ingest transaction")?;
-    drop(conn);
-    ctx.obs.metrics.ingest_batch(part.len(), started.elapsed());
-    released.report(&ctx.stats, "profile");
+    Ok(plan(renderer, &profiles, orders, hold))
+}
 
-    let s = &ctx.stats;
-    for ((intent, span), result) in plan.with_spans().zip(&results) {
-        log_convergence(intent, result, s);
+/// After the commit: each intent's log line, counters and span outcome.
+pub fn report_convergence(ctx: &IngestContext, plan: &Plan<'_>, results: &[Convergence]) {
+    for ((intent, span), result) in plan.with_spans().zip(results) {
+        log_convergence(intent, result, &ctx.stats);
         if let Some(span) = span {
             record_convergence(span, result);
         }
     }
-    s.no_route.fetch_add(classified.no_route, Relaxed);
-    s.metrics.events_ignored("no_route", classified.no_route);
-    s.seller_updates.fetch_add(seller_count, Relaxed);
-    tracing::debug!(
-        messages = part.len(),
-        intents = results.len(),
-        "ingest batch committed"
-    );
-    let mut poison = classified.poison;
-    poison.extend(plan.poison);
-    Ok(poison)
 }
 
 /// The active templates, compiled, as `tx` reads them.
@@ -165,7 +185,9 @@ fn attach_spans(ctx: &IngestContext, orders: &mut [Routed<'_>]) {
     }
     let batch_context = propagation::traceparent_of(&Span::current());
     for o in orders {
-        let m = o.message;
+        let Origin::Kafka(m) = o.origin else {
+            continue;
+        };
         let key = m.key().and_then(|k| std::str::from_utf8(k).ok());
         let span = obs::process_span(
             m.topic(),

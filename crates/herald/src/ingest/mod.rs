@@ -28,8 +28,10 @@ use tracing::{info, warn};
 use crate::config::Config;
 use crate::obs::Obs;
 use crate::shutdown::Shutdown;
-pub use converge::IngestContext;
+pub use classify::{Origin, Routed};
+pub use converge::{plan_orders, renderer, report_convergence, IngestContext};
 pub use head::HeadOfLine;
+pub use plan::Unrendered;
 pub use stats::IngestStats;
 
 pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
@@ -68,6 +70,10 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         .ingest
         .profile_wait()
         .map(|wait| tokio::spawn(holds::sweep_every(ctx.clone(), wait)));
+    let http = match config.http_ingest.listen.is_empty() {
+        true => None,
+        false => Some(crate::http_ingest::start(ctx.clone(), shutdown.clone()).await?),
+    };
     let reporter = tokio::spawn(stats::report_every(stats.clone(), Duration::from_secs(10)));
     info!(group = %group, "ingest consuming");
 
@@ -100,6 +106,15 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         head.done(&batch);
     }
 
+    if let Some(http) = http {
+        // Requests in flight finish first (graceful shutdown): each commits or rolls back
+        // whole, so stopping here loses none.
+        match http.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %format!("{e:#}"), "HTTP ingest stopped with an error"),
+            Err(e) => warn!(error = %e, "HTTP ingest task failed"),
+        }
+    }
     info!("ingest draining: committing stored offsets");
     if let Err(e) = consumer.commit_stored() {
         warn!(error = %e, "final offset commit failed; the last batches will be replayed and converge");

@@ -10,25 +10,42 @@ use std::time::Duration;
 use herald_core::event::DeadLetterReason;
 use herald_core::render::{RenderError, Renderer};
 use herald_core::SellerProfile;
-use herald_kafka::{DeadLetter, Message};
-use herald_store::ingest::SourceRef;
+use herald_kafka::DeadLetter;
 use herald_store::NewIntent;
 use tracing::field::Empty;
 use tracing::{info_span, Span};
 
-use super::classify::{dead_letter, Routed};
+use super::classify::{dead_letter, Origin, Routed};
 use crate::obs;
 
 /// The intents to converge, each with its span (`intent created` / `reused` / `conflict`
 /// once known), kept together by [`Plan::push`].
 #[derive(Default)]
-pub struct Plan<'c, 'm> {
+pub struct Plan<'c> {
     intents: Vec<NewIntent<'c>>,
     spans: Vec<Option<Span>>,
-    pub poison: Vec<DeadLetter<'m>>,
+    /// Orders with a channel that did not render, by their index in the input.
+    pub unrendered: Vec<Unrendered>,
 }
 
-impl<'c, 'm> Plan<'c, 'm> {
+/// An order with channels that did not render: one dead letter (or HTTP answer) for all.
+pub struct Unrendered {
+    pub order: usize,
+    pub reason: DeadLetterReason,
+    pub detail: String,
+}
+
+impl Unrendered {
+    /// The dead letter of a Kafka order (`orders` is the plan's input).
+    pub fn dead_letter<'m>(&self, orders: &[Routed<'m>]) -> Option<DeadLetter<'m>> {
+        match orders[self.order].origin {
+            Origin::Kafka(m) => Some(dead_letter(m, self.reason, self.detail.clone())),
+            Origin::Http(_) => None,
+        }
+    }
+}
+
+impl<'c> Plan<'c> {
     fn push(&mut self, intent: NewIntent<'c>, span: Option<Span>) {
         self.intents.push(intent);
         self.spans.push(span);
@@ -45,14 +62,14 @@ impl<'c, 'm> Plan<'c, 'm> {
     }
 }
 
-pub fn plan<'c, 'm>(
+pub fn plan<'c>(
     renderer: &Renderer,
     profiles: &HashMap<(String, String), SellerProfile>,
-    orders: &'c [Routed<'m>],
+    orders: &'c [Routed<'_>],
     hold: Option<Duration>,
-) -> Plan<'c, 'm> {
+) -> Plan<'c> {
     let mut plan = Plan::default();
-    for o in orders {
+    for (n, o) in orders.iter().enumerate() {
         let seller = profiles.get(&(o.event.marketplace_id.clone(), o.event.seller_id.clone()));
         let mut failures = Vec::new();
         for &channel in &o.route.channels {
@@ -70,12 +87,7 @@ pub fn plan<'c, 'm>(
                         Some(s) => obs::traceparent_or(s, o.trace_context.as_deref()),
                         None => o.trace_context.clone(),
                     };
-                    let source = SourceRef {
-                        topic: o.message.topic().to_owned(),
-                        partition: o.message.partition(),
-                        offset: o.message.offset(),
-                    };
-                    let intent = NewIntent::new(&o.event, channel, payload, trace_context, source);
+                    let intent = NewIntent::new(&o.event, channel, payload, trace_context, o.origin.source());
                     let intent = match (seller, hold) {
                         (None, Some(wait)) => intent.held(wait),
                         _ => intent,
@@ -103,7 +115,11 @@ pub fn plan<'c, 'm>(
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; ");
-            plan.poison.push(dead_letter(o.message, reason, detail));
+            plan.unrendered.push(Unrendered {
+                order: n,
+                reason,
+                detail,
+            });
         }
     }
     plan
@@ -154,7 +170,7 @@ mod tests {
             None,
         );
         let orders = vec![Routed {
-            message: &message,
+            origin: Origin::Kafka(&message),
             event: OrderEvent::decode(ORDER.as_bytes(), 65536).unwrap(),
             route: &route,
             trace_context: None,
@@ -167,9 +183,14 @@ mod tests {
             .map(|i| (i.key.channel, i.source.partition, i.source.offset))
             .collect();
         assert_eq!(intents, [(Channel::Email, 2, 7)]);
-        assert_eq!(p.poison.len(), 1);
-        assert_eq!(p.poison[0].reason, "template_missing");
-        assert!(p.poison[0].detail.contains("sms"), "{}", p.poison[0].detail);
+        let poison: Vec<_> = p
+            .unrendered
+            .iter()
+            .filter_map(|u| u.dead_letter(&orders))
+            .collect();
+        assert_eq!(poison.len(), 1);
+        assert_eq!(poison[0].reason, "template_missing");
+        assert!(poison[0].detail.contains("sms"), "{}", poison[0].detail);
         assert!(p.with_spans().all(|(_, span)| span.is_none()));
         assert!(p.intents()[0].hold_for.is_none());
 

@@ -1,0 +1,217 @@
+//! HTTP ingest: `POST /v1/order-events` on its own listener (`[http_ingest]`), for
+//! producers that cannot write to Kafka, with Idempotency-Key semantics as
+//! draft-ietf-httpapi-idempotency-key-header and Stripe define them; and its OpenAPI
+//! document at `GET /openapi.json`. Served by processes running the ingest role.
+//!
+//! Stages: `request` (the key, the body and its fingerprint; pure), `converge` (one
+//! transaction: the key, then the ingest convergence), `answer` (statuses and bodies).
+
+mod answer;
+mod converge;
+mod request;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use herald_kafka::headers::valid_traceparent;
+use tracing::Instrument;
+
+use answer::Answer;
+use converge::Accepted;
+
+use crate::ingest::IngestContext;
+use crate::shutdown::Shutdown;
+
+const OPENAPI: &str = include_str!("openapi.json");
+const ROUTE: &str = "/v1/order-events";
+/// How often expired keys are deleted, and how many per statement.
+const SWEEP_EVERY: Duration = Duration::from_secs(600);
+const SWEEP_BATCH: i64 = 1000;
+
+struct HttpState {
+    ctx: Arc<IngestContext>,
+    token: String,
+    retention: Duration,
+    wait: Duration,
+}
+
+type Shared = State<Arc<HttpState>>;
+
+fn router(state: Arc<HttpState>, max_body: usize) -> Router {
+    Router::new()
+        .route("/openapi.json", get(openapi))
+        .route(ROUTE, post(post_order_event))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+/// Binds `[http_ingest] listen` and reads its token, then serves in a task until shutdown
+/// (requests in flight are finished), deleting expired keys meanwhile. A port clash or an
+/// unreadable token fails here, and with it the ingest role's start.
+pub async fn start(
+    ctx: Arc<IngestContext>,
+    mut shutdown: Shutdown,
+) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
+    let settings = &ctx.config.http_ingest;
+    let addr: SocketAddr = settings
+        .listen
+        .parse()
+        .map_err(|e| anyhow::anyhow!("http_ingest.listen {:?}: {e}", settings.listen))?;
+    let token = settings.bearer_token()?.ok_or_else(|| {
+        anyhow::anyhow!("http_ingest.listen is set without http_ingest.token or token_file")
+    })?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("http_ingest.listen {addr}: cannot bind: {e}"))?;
+    let state = Arc::new(HttpState {
+        ctx: ctx.clone(),
+        token,
+        retention: settings.key_retention(),
+        wait: Duration::from_millis(settings.in_progress_wait_ms),
+    });
+    ctx.obs.metrics.init_http_ingest();
+    tracing::info!(listen = %listener.local_addr()?, key_retention_hours = settings.key_retention_hours,
+                   "HTTP ingest listening");
+    let app = router(state, ctx.config.ingest.max_message_bytes);
+    Ok(tokio::spawn(async move {
+        let sweeper = tokio::spawn(sweep_every(ctx, SWEEP_EVERY));
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { shutdown.requested().await })
+            .await;
+        sweeper.abort();
+        Ok(served?)
+    }))
+}
+
+async fn sweep_every(ctx: Arc<IngestContext>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        loop {
+            match ctx.store.delete_expired_request_keys(SWEEP_BATCH).await {
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::debug!(deleted = n, "expired Idempotency-Keys deleted");
+                    }
+                    if (n as i64) < SWEEP_BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "deleting expired Idempotency-Keys failed; trying again later");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn post_order_event(
+    State(s): Shared,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(valid_traceparent);
+    let span = s
+        .ctx
+        .obs
+        .tracing
+        .then(|| crate::obs::http_server_span("POST", ROUTE, traceparent));
+    let answer = match span.clone() {
+        Some(span) => {
+            answer(&s, &headers, body, traceparent, Some(span.clone()))
+                .instrument(span)
+                .await
+        }
+        None => answer(&s, &headers, body, traceparent, None).await,
+    };
+    if let Some(span) = &span {
+        span.record("http.response.status_code", answer.status.as_u16());
+    }
+    s.ctx.obs.metrics.http_ingest_request(answer.outcome);
+    answer.into_response()
+}
+
+async fn answer(
+    s: &HttpState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    traceparent: Option<&str>,
+    span: Option<tracing::Span>,
+) -> Answer {
+    if !crate::admin::authorised(headers, Some(&s.token)) {
+        return Answer::unauthorised();
+    }
+    let key = match headers.get("idempotency-key") {
+        None => return Answer::missing_key(),
+        Some(v) => match request::idempotency_key(v.as_bytes()) {
+            Ok(k) => k,
+            Err(e) => return Answer::invalid_key(e),
+        },
+    };
+    if !is_json(headers) {
+        return Answer::unsupported_media_type();
+    }
+    let max = s.ctx.config.ingest.max_message_bytes;
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return Answer::too_large(max),
+        Err(e) => return Answer::unreadable_body(e.body_text()),
+    };
+    let request = match request::order_request(&body, max) {
+        Ok(r) => r,
+        Err(e) => return Answer::invalid(e),
+    };
+    let event_kind = &request.event.event_kind;
+    let Some(route) = s.ctx.config.route(event_kind) else {
+        return Answer::not_routed(format!("no route for event_kind {event_kind:?}"));
+    };
+    let mut route = route.clone();
+    if let Some(channel) = request.channel {
+        if !route.channels.contains(&channel) {
+            return Answer::not_routed(format!(
+                "the route of {event_kind:?} has no {channel} channel (it has {:?})",
+                route.channels.iter().map(|c| c.as_str()).collect::<Vec<_>>()
+            ));
+        }
+        route.channels = vec![channel];
+    }
+    let accepted = Accepted {
+        key: &key,
+        request,
+        route,
+        trace_context: traceparent.map(str::to_owned),
+        span,
+    };
+    match converge::converge(&s.ctx, s.retention, s.wait, accepted).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::warn!(idempotency_key = %key, error = %format!("{e:#}"), "HTTP ingest request failed; answered 503");
+            Answer::unavailable(format!("{e:#}"))
+        }
+    }
+}
+
+/// `Content-Type: application/json`, parameters (a charset) allowed.
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"))
+}
