@@ -66,9 +66,9 @@ rules:
 
 # One cargo invocation for unit and integration tests: one feature set, one build. The
 # integration tests (and herald-channels' moto tests) need the local stack; the trace UI
-# test needs a browser (chromium, playwright-core).
+# test needs a browser (chromium, playwright-core), the OpenAPI conformance test schemathesis.
 test-all: build stack-up
-	@$(TOOL) browser
+	@$(TOOL) browser schemathesis
 	@echo "test: unit tests, and integration tests against the local stack"
 	@HERALD_BIN=$(CURDIR)/$(HERALD) $(CARGO) test --workspace --no-fail-fast $(FEATURES) -- --test-threads=4
 

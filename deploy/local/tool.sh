@@ -7,6 +7,9 @@
 #   cargo-fuzz        pinned, compiled from source (make fuzz)
 #   browser           Debian's chromium and playwright-core (npm, pinned in
 #                     deploy/local/browser/package-lock.json) in .local/browser: the trace UI test
+#   schemathesis      schemathesis and its dependencies (PyPI, pinned in
+#                     deploy/local/schemathesis/requirements.txt) in .local/schemathesis-venv:
+#                     the OpenAPI conformance test of both HTTP listeners
 # usage: deploy/local/tool.sh NAME...
 set -euo pipefail
 COMPONENT=tool
@@ -112,7 +115,33 @@ install_browser() {
   fi
 }
 
-[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser ..."
+# schemathesis: every package pinned by version in the committed requirements file and
+# installed without dependency resolution (--no-deps), so a new release of anything it
+# imports changes nothing here. Reinstalled when that file changes.
+SCHEMATHESIS_REQS="$HERALD_LOCAL_SCRIPTS/schemathesis/requirements.txt"
+SCHEMATHESIS_VENV="$HERALD_LOCAL_DIR/schemathesis-venv"
+install_schemathesis() {
+  local stamp; stamp="$(sha256sum "$SCHEMATHESIS_REQS" | awk '{print $1}')"
+  [ "$(cat "$SCHEMATHESIS_VENV/.installed" 2>/dev/null)" = "$stamp" ] && [ -x "$SCHEMATHESIS_VENV/bin/schemathesis" ] && return 0
+  if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    require_root
+    apt_install python3 python3-venv
+  fi
+  say "pip install schemathesis (pinned) into $SCHEMATHESIS_VENV"
+  mkdir -p "$HERALD_LOCAL_DIR"
+  rm -rf "$SCHEMATHESIS_VENV"
+  local log="$HERALD_LOCAL_DIR/schemathesis-install.log"
+  /usr/bin/python3 -m venv "$SCHEMATHESIS_VENV" >"$log" 2>&1 || { tail_log "$log"; die "venv creation failed"; }
+  if ! "$SCHEMATHESIS_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+      -r "$SCHEMATHESIS_REQS" >>"$log" 2>&1; then
+    tail_log "$log"
+    die "pip install of schemathesis failed"
+  fi
+  "$SCHEMATHESIS_VENV/bin/schemathesis" --version >>"$log" 2>&1 || { tail_log "$log"; die "schemathesis does not run"; }
+  echo "$stamp" >"$SCHEMATHESIS_VENV/.installed"
+}
+
+[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser|schemathesis ..."
 for tool in "$@"; do
   case "$tool" in
     rustfmt | clippy) rust_component "$tool" ;;
@@ -120,6 +149,7 @@ for tool in "$@"; do
     cargo-deny) cargo_tool cargo-deny "$CARGO_DENY_VERSION" ;;
     cargo-fuzz) cargo_tool cargo-fuzz "$CARGO_FUZZ_VERSION" ;;
     browser) install_browser ;;
-    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser)" ;;
+    schemathesis) install_schemathesis ;;
+    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser, schemathesis)" ;;
   esac
 done

@@ -185,6 +185,10 @@ async fn the_same_event_twice_under_one_key_is_one_intent_and_one_email_and_a_ch
         "{text}"
     );
     assert_eq!(metric(&text, "herald_fingerprint_conflicts_total", &[]), 1.0);
+    assert!(
+        !herald.log().contains(TOKEN),
+        "the token never appears in the log"
+    );
     env.cleanup().await;
     Ok(())
 }
@@ -271,6 +275,25 @@ async fn refusals_store_nothing_and_name_their_reason() -> Result<()> {
     assert_eq!(
         (not_routed.status, not_routed.json()["error"].clone()),
         (422, json!("not_routed"))
+    );
+
+    // A value the database refuses (a constraint this test adds, that the decoder does not
+    // know of): what Kafka would dead-letter as store_rejected.
+    env.db
+        .batch_execute(
+            "ALTER TABLE notification_intents ADD CONSTRAINT it_refused_order
+                 CHECK (order_id <> 'refused-by-the-database')",
+        )
+        .await?;
+    let refused = post_json(&addr, "k1", &order("refused-by-the-database", "12.00")).await?;
+    assert_eq!(refused.status, 422, "{refused:?}");
+    assert_eq!(refused.json()["error"], "store_rejected");
+    assert!(
+        refused.json()["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("23514"),
+        "{refused:?}"
     );
 
     assert_eq!(

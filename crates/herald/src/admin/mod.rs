@@ -3,6 +3,7 @@
 //! endpoints need the configured bearer token and answer 401 (changing nothing) without it.
 
 mod auth;
+mod extract;
 
 pub use auth::authorised;
 
@@ -10,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,6 +28,7 @@ use uuid::Uuid;
 
 use crate::health::Health;
 use crate::shutdown::Shutdown;
+use extract::{Body, Params, PathParam};
 
 const OPENAPI: &str = include_str!("openapi.json");
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -90,7 +92,7 @@ pub async fn serve(
 }
 
 #[derive(Debug)]
-struct ApiError(StatusCode, String);
+pub struct ApiError(StatusCode, String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -103,6 +105,17 @@ impl From<StoreError> for ApiError {
         let status = match e {
             StoreError::NotFound(_) => StatusCode::NOT_FOUND,
             StoreError::InvalidState(_) => StatusCode::CONFLICT,
+            // A value PostgreSQL refuses (U+0000 in a text parameter, say): the request's.
+            StoreError::Pool(_) | StoreError::Db(_) if !e.class().is_transient() => {
+                return ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "the database refused a value of the request (SQLSTATE {}, {})",
+                        e.sqlstate().unwrap_or("?"),
+                        e.class().label()
+                    ),
+                );
+            }
             StoreError::Pool(_) | StoreError::Db(_) => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -148,7 +161,10 @@ struct IntentList {
     intents: Vec<herald_store::inspect::IntentView>,
 }
 
-async fn list_intents(State(s): Shared, Query(f): Query<IntentFilter>) -> Result<Json<IntentList>, ApiError> {
+async fn list_intents(
+    State(s): Shared,
+    Params(f): Params<IntentFilter>,
+) -> Result<Json<IntentList>, ApiError> {
     if f.marketplace_id.is_empty() || f.order_id.is_empty() {
         return Err(ApiError(
             StatusCode::BAD_REQUEST,
@@ -167,7 +183,7 @@ fn intent_id(raw: &str) -> Result<Uuid, ApiError> {
 
 async fn get_intent(
     State(s): Shared,
-    Path(id): Path<String>,
+    PathParam(id): PathParam,
 ) -> Result<Json<herald_store::inspect::IntentView>, ApiError> {
     let id = intent_id(&id)?;
     match s.store.intent_view(IntentRef::Id(id)).await? {
@@ -196,7 +212,7 @@ async fn get_intent_by_key(
 /// key until it expires, its answer and the other requests refused under it.
 async fn get_http_request(
     State(s): Shared,
-    Path(key): Path<String>,
+    PathParam(key): PathParam,
 ) -> Result<Json<herald_store::http_requests::RequestKeyView>, ApiError> {
     match s.store.request_key(&key).await? {
         Some(v) => Ok(Json(v)),
@@ -255,8 +271,8 @@ enum ResolveAs {
 async fn resolve_intent(
     State(s): Shared,
     headers: HeaderMap,
-    Path(id): Path<String>,
-    Json(req): Json<ResolveRequest>,
+    PathParam(id): PathParam,
+    Body(req): Body<ResolveRequest>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     if !auth::authorised(&headers, s.token.as_deref()) {
         return Err(unauthorised());
@@ -303,7 +319,7 @@ struct SuppressionList {
 
 async fn list_suppressions(
     State(s): Shared,
-    Query(q): Query<SuppressionQuery>,
+    Params(q): Params<SuppressionQuery>,
 ) -> Result<Json<SuppressionList>, ApiError> {
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     Ok(Json(SuppressionList {
@@ -325,7 +341,7 @@ struct LiftRequest {
 async fn lift_suppression(
     State(s): Shared,
     headers: HeaderMap,
-    Json(req): Json<LiftRequest>,
+    Body(req): Body<LiftRequest>,
 ) -> Result<Json<Suppression>, ApiError> {
     if !auth::authorised(&headers, s.token.as_deref()) {
         return Err(unauthorised());
@@ -390,7 +406,7 @@ async fn list_dead_letters(State(s): Shared) -> Result<Json<DeadLetterList>, Api
 async fn replay_dead_letters(
     State(s): Shared,
     headers: HeaderMap,
-    Json(sel): Json<ReplaySelection>,
+    Body(sel): Body<ReplaySelection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     if !auth::authorised(&headers, s.token.as_deref()) {
         return Err(unauthorised());

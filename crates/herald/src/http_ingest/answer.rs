@@ -111,6 +111,19 @@ impl Answer {
         Self::refusal(status, outcome, e.reason.as_str(), e.detail)
     }
 
+    /// PostgreSQL refused the request's data (a constraint or a value Herald's decoder does
+    /// not know of): what a Kafka event would be dead-lettered for. Nothing was stored.
+    pub fn store_rejected(sqlstate: &str, class: &str) -> Self {
+        Self::refusal(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "store_rejected",
+            "store_rejected",
+            format!(
+                "SQLSTATE {sqlstate} ({class}): the database refused the request's data; nothing was stored"
+            ),
+        )
+    }
+
     pub fn not_routed(detail: String) -> Self {
         Self::refusal(
             StatusCode::UNPROCESSABLE_ENTITY,

@@ -201,8 +201,22 @@ async fn answer(
     match converge::converge(&s.ctx, s.retention, s.wait, accepted).await {
         Ok(answer) => answer,
         Err(e) => {
-            tracing::warn!(idempotency_key = %key, error = %format!("{e:#}"), "HTTP ingest request failed; answered 503");
-            Answer::unavailable(format!("{e:#}"))
+            // As a Kafka batch's: data PostgreSQL refuses is the request's (it would be
+            // dead-lettered `store_rejected`); anything else is the environment's.
+            let refused = e
+                .chain()
+                .find_map(|c| c.downcast_ref::<herald_store::StoreError>())
+                .filter(|s| !s.class().is_transient());
+            match refused {
+                Some(s) => {
+                    tracing::warn!(idempotency_key = %key, error = %format!("{e:#}"), "HTTP ingest request refused by the database");
+                    Answer::store_rejected(s.sqlstate().unwrap_or("?"), s.class().label())
+                }
+                None => {
+                    tracing::warn!(idempotency_key = %key, error = %format!("{e:#}"), "HTTP ingest request failed; answered 503");
+                    Answer::unavailable(format!("{e:#}"))
+                }
+            }
         }
     }
 }
