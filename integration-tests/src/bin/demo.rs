@@ -9,6 +9,9 @@
 //! queue the `reconcile` role reads. `herald-demo setup`, run by `deploy/local/demo.sh`
 //! before Herald starts, creates that proxy and the queue.
 //!
+//! Order 8047 comes through HTTP ingest instead: posted twice under one Idempotency-Key,
+//! then with a changed total under it (201, 200 replayed, 422).
+//!
 //! Order ids are fixed: running the demo again converges every event on the intents of
 //! the first run, which is the point of Herald.
 
@@ -31,6 +34,8 @@ const GROUP: &str = "herald-ingest";
 /// Zipkin's, fed by Jaeger: `integration_tests::trace_ui`).
 const ADMIN: &str = "127.0.0.1:19464";
 const JAEGER: &str = "127.0.0.1:16686";
+/// HTTP ingest in config/local.toml.
+const HTTP_INGEST: &str = "127.0.0.1:19480";
 
 /// What demo.sh points Herald's senders at (toxiproxy, in front of moto), and the queue of
 /// SES events its reconcile role reads.
@@ -298,6 +303,21 @@ async fn main() -> Result<()> {
     .await
     .context("order 8045 still held or on its way; see .local/demo/herald.log")?;
     println!("demo: order 8045 rendered with the late profile (its locale, address and consent) and sent\n");
+
+    http_ingest().await?;
+    wait_for("order 8047 delivered", Duration::from_secs(90), || async {
+        let n: i64 = db
+            .query_one(
+                "SELECT count(*) FROM notification_intents WHERE order_id = '8047' AND state = 'accepted'",
+                &[],
+            )
+            .await?
+            .get(0);
+        Ok((n == 1).then_some(()))
+    })
+    .await
+    .context("order 8047 (HTTP ingest) not delivered; see .local/demo/herald.log")?;
+    println!("demo: order 8047 (HTTP ingest) sent once\n");
     settle_by_evidence(&db, &p).await?;
 
     let rows = db
@@ -459,6 +479,57 @@ async fn main() -> Result<()> {
 /// One e-mail made `unknown` and settled by the provider's events: order 8042 is cancelled
 /// while toxiproxy holds SES's answers; then SES's `Send` and `Delivery` records for that
 /// message arrive on the event queue.
+/// Order 8047 through HTTP ingest (config/local.toml's `[http_ingest]`), as a producer
+/// without Kafka posts it: twice under one Idempotency-Key (a retry), then with a changed
+/// total under the same key. A second demo run finds the key answered: its first post is a
+/// replay too.
+async fn http_ingest() -> Result<()> {
+    let body = |total: &str| {
+        let mut event: serde_json::Value = serde_json::from_slice(&order_event(
+            "evt-8047",
+            "order.created",
+            "acme",
+            "8047",
+            "seller-19",
+            total,
+        ))
+        .expect("a sample event is JSON");
+        event["channel"] = "email".into();
+        event.to_string()
+    };
+    let headers = [
+        ("Authorization", "Bearer local-ingest-token"),
+        ("Idempotency-Key", "demo-order-8047"),
+        ("Content-Type", "application/json"),
+    ];
+    let mut answers = Vec::new();
+    for total in ["58.00", "58.00", "59.00"] {
+        let a = http::exchange(
+            HTTP_INGEST,
+            "POST",
+            "/v1/order-events",
+            &headers,
+            body(total).as_bytes(),
+        )
+        .await
+        .context("posting to HTTP ingest (is http_ingest.listen set?)")?;
+        let v = a.json();
+        let what = match (a.status, v["intents"][0]["outcome"].as_str(), v["error"].as_str()) {
+            (201, Some(outcome), _) => format!("{outcome}, intent {}", v["intents"][0]["intent_id"]),
+            (200, _, _) => "replayed (Idempotent-Replayed: true)".to_owned(),
+            (_, _, Some(error)) => error.to_owned(),
+            _ => a.body.clone(),
+        };
+        println!("demo: POST /v1/order-events order 8047 total {total}, Idempotency-Key demo-order-8047 -> {} {what}", a.status);
+        answers.push(a.status);
+    }
+    anyhow::ensure!(
+        matches!(answers[..], [201 | 200, 200, 422]),
+        "HTTP ingest answered {answers:?}, expected [201, 200, 422]"
+    );
+    Ok(())
+}
+
 async fn settle_by_evidence(
     db: &tokio_postgres::Client,
     p: &rdkafka::producer::FutureProducer,
