@@ -261,6 +261,25 @@ async fn refusals_store_nothing_and_name_their_reason() -> Result<()> {
             "{a:?}"
         );
     }
+    // A body that never finishes arriving: answered 408 (after 10 s) instead of held open.
+    let slow = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(&addr).await?;
+        c.write_all(
+            format!(
+                "POST /v1/order-events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
+                 Idempotency-Key: k1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{}",
+                body.len(),
+                &body[..10]
+            )
+            .as_bytes(),
+        )
+        .await?;
+        let mut head = [0u8; 12];
+        tokio::time::timeout(WAIT, c.read_exact(&mut head)).await??;
+        String::from_utf8_lossy(&head).into_owned()
+    };
+    assert_eq!(slow, "HTTP/1.1 408", "a body that never arrives");
     // ingest.max_message_bytes is 8192 in the tests.
     let mut large = order(&order_id, "12.00");
     large["order"]["note"] = "x".repeat(9000).into();

@@ -23,7 +23,7 @@ const LATENCY_BOUNDS: [f64; 14] = [
 const BATCH_BOUNDS: [f64; 10] = [1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0];
 
 /// How HTTP ingest answered (`herald_http_ingest_requests_total{outcome}`).
-pub const HTTP_INGEST_OUTCOMES: [&str; 14] = [
+pub const HTTP_INGEST_OUTCOMES: [&str; 15] = [
     "created",
     "replayed",
     "business_key_conflict",
@@ -32,6 +32,7 @@ pub const HTTP_INGEST_OUTCOMES: [&str; 14] = [
     "invalid",
     "missing_key",
     "too_large",
+    "body_timeout",
     "unsupported_media_type",
     "unauthorised",
     "not_routed",

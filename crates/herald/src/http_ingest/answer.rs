@@ -93,6 +93,15 @@ impl Answer {
         )
     }
 
+    pub fn body_timeout(limit: std::time::Duration) -> Self {
+        Self::refusal(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            "body_timeout",
+            format!("the body did not arrive within {} s", limit.as_secs()),
+        )
+    }
+
     pub fn unreadable_body(detail: String) -> Self {
         Self::refusal(StatusCode::BAD_REQUEST, "invalid", "unreadable_body", detail)
     }

@@ -15,8 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -35,6 +34,8 @@ const ROUTE: &str = "/v1/order-events";
 /// How often expired keys are deleted, and how many per statement.
 const SWEEP_EVERY: Duration = Duration::from_secs(600);
 const SWEEP_BATCH: i64 = 1000;
+/// How long a request's body may take to arrive once its headers have.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 struct HttpState {
     ctx: Arc<IngestContext>,
@@ -118,15 +119,14 @@ async fn openapi() -> Response {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
-async fn post_order_event(
-    State(s): Shared,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let traceparent = headers
+async fn post_order_event(State(s): Shared, request: Request) -> Response {
+    let traceparent = request
+        .headers()
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
-        .and_then(valid_traceparent);
+        .and_then(valid_traceparent)
+        .map(str::to_owned);
+    let traceparent = traceparent.as_deref();
     let span = s
         .ctx
         .obs
@@ -134,11 +134,11 @@ async fn post_order_event(
         .then(|| crate::obs::http_server_span("POST", ROUTE, traceparent));
     let answer = match span.clone() {
         Some(span) => {
-            answer(&s, &headers, body, traceparent, Some(span.clone()))
+            answer(&s, request, traceparent, Some(span.clone()))
                 .instrument(span)
                 .await
         }
-        None => answer(&s, &headers, body, traceparent, None).await,
+        None => answer(&s, request, traceparent, None).await,
     };
     if let Some(span) = &span {
         span.record("http.response.status_code", answer.status.as_u16());
@@ -149,11 +149,11 @@ async fn post_order_event(
 
 async fn answer(
     s: &HttpState,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
     traceparent: Option<&str>,
     span: Option<tracing::Span>,
 ) -> Answer {
+    let headers = request.headers();
     if !crate::admin::authorised(headers, Some(&s.token)) {
         return Answer::unauthorised();
     }
@@ -168,10 +168,14 @@ async fn answer(
         return Answer::unsupported_media_type();
     }
     let max = s.ctx.config.ingest.max_message_bytes;
-    let body = match body {
-        Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return Answer::too_large(max),
-        Err(e) => return Answer::unreadable_body(e.body_text()),
+    // Read only now, after the token and the key were checked, and within a deadline: a
+    // client that sends its body slowly does not hold the request (and its connection) open.
+    // The limit is DefaultBodyLimit's (the router's layer).
+    let body = match tokio::time::timeout(BODY_READ_TIMEOUT, Bytes::from_request(request, &())).await {
+        Err(_) => return Answer::body_timeout(BODY_READ_TIMEOUT),
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => return Answer::too_large(max),
+        Ok(Err(e)) => return Answer::unreadable_body(e.body_text()),
     };
     let request = match request::order_request(&body, max) {
         Ok(r) => r,
