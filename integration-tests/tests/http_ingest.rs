@@ -20,6 +20,8 @@ const HTTP_INGEST: &str = r#"
 listen = "127.0.0.1:0"
 token = "it-ingest-token"
 in_progress_wait_ms = 200
+# The tests' pool has 4 connections.
+max_in_flight = 2
 "#;
 
 fn order(order_id: &str, total: &str) -> Value {
@@ -58,7 +60,16 @@ async fn post_json(addr: &str, key: &str, body: &Value) -> Result<Answer> {
 }
 
 async fn start(env: &TestEnv, label: &str, failpoints: &str) -> Result<(HeraldProcess, String)> {
-    let herald = env.spawn_roles("ingest,relay,deliver", label, &[("FAILPOINTS", failpoints)])?;
+    start_roles(env, "ingest,relay,deliver", label, failpoints).await
+}
+
+async fn start_roles(
+    env: &TestEnv,
+    roles: &str,
+    label: &str,
+    failpoints: &str,
+) -> Result<(HeraldProcess, String)> {
+    let herald = env.spawn_roles(roles, label, &[("FAILPOINTS", failpoints)])?;
     let addr = herald.http_ingest_addr(WAIT).await?;
     Ok((herald, addr))
 }
@@ -185,9 +196,25 @@ async fn the_same_event_twice_under_one_key_is_one_intent_and_one_email_and_a_ch
         "{text}"
     );
     assert_eq!(metric(&text, "herald_fingerprint_conflicts_total", &[]), 1.0);
-    assert!(
-        !herald.log().contains(TOKEN),
-        "the token never appears in the log"
+
+    // Past its retention the key is a new request's: the changed total is then judged on the
+    // business key alone (a conflict), and the key's old evidence is gone with it.
+    env.db
+        .execute(
+            "UPDATE http_requests SET received_at = now() - interval '8 days', expires_at = now() - interval '1 day'
+              WHERE idempotency_key = $1",
+            &[&key],
+        )
+        .await?;
+    let after_expiry = post_json(&addr, &key, &order(&order_id, "130.00")).await?;
+    assert_eq!(after_expiry.status, 422, "{after_expiry:?}");
+    assert_eq!(after_expiry.json()["error"], "business_key_conflict");
+    assert_eq!(
+        env.count(&format!(
+            "SELECT count(*) FROM http_request_mismatches WHERE idempotency_key = '{key}'"
+        ))
+        .await?,
+        0
     );
     env.cleanup().await;
     Ok(())
@@ -336,7 +363,8 @@ async fn a_request_in_progress_answers_409_and_a_kill_before_or_after_the_commit
     let env = TestEnv::new("http_in_progress", HTTP_INGEST).await?;
     let seller = UniqueSeller::new();
     let pause = "http-ingest-before-commit=sleep(600000)";
-    let (mut herald, addr) = start(&env, "paused", pause).await?;
+    // Ingest alone while processes are killed: nothing is sent before the last one runs.
+    let (mut herald, addr) = start_roles(&env, "ingest", "paused", pause).await?;
     publish_sellers(&env, &[seller.profile("seller-1")]).await?;
     let order_id = unique_order();
     let key = format!("k-{order_id}");
@@ -375,7 +403,13 @@ async fn a_request_in_progress_answers_409_and_a_kill_before_or_after_the_commit
     );
 
     // The retry, to a process that stops after its commit instead: committed, no answer.
-    let (mut herald, addr) = start(&env, "after-commit", "http-ingest-after-commit=sleep(600000)").await?;
+    let (mut herald, addr) = start_roles(
+        &env,
+        "ingest",
+        "after-commit",
+        "http-ingest-after-commit=sleep(600000)",
+    )
+    .await?;
     let retry = {
         let (addr, key, body) = (addr.clone(), key.clone(), body.clone());
         tokio::spawn(async move { post_json(&addr, &key, &body).await })
@@ -410,6 +444,60 @@ async fn a_request_in_progress_answers_409_and_a_kill_before_or_after_the_commit
     env.wait_lag_zero("herald-delivery", &["herald.deliveries"])
         .await?;
     assert_eq!(emails_to(&seller.email).await?.len(), 1, "one send");
+    env.cleanup().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_request_does_not_cut_its_transaction_short() -> Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let env = TestEnv::new("http_hang_up", HTTP_INGEST).await?;
+    let (_herald, addr) = start_roles(&env, "ingest", "herald", "").await?;
+    // The test holds the outbox: the request's transaction waits for it inside PostgreSQL
+    // (an await in Herald, where a dropped handler would drop the transaction).
+    let mut blocker = integration_tests::pg_connect(&env.db_url).await?;
+    let lock = blocker.transaction().await?;
+    lock.batch_execute("LOCK TABLE outbox IN EXCLUSIVE MODE").await?;
+    let body = order(&unique_order(), "12.00").to_string();
+    let mut c = tokio::net::TcpStream::connect(&addr).await?;
+    c.write_all(
+        format!(
+            "POST /v1/order-events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Idempotency-Key: hang-up\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await?;
+    env.wait_count(
+        "the request waiting for the outbox",
+        &format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = '{}' AND wait_event_type = 'Lock'",
+            env.database
+        ),
+        1,
+        WAIT,
+    )
+    .await?;
+    // The client leaves; then the outbox is free again.
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(500)).await; // hyper sees the hang-up meanwhile
+    lock.rollback().await?;
+    // Committed all the same, with its answer stored for the client's retry.
+    env.wait_count(
+        "the request committed",
+        "SELECT count(*) FROM http_requests WHERE response_status = 201",
+        1,
+        WAIT,
+    )
+    .await?;
+    let retry = post(&addr, Some("hang-up"), body.as_bytes()).await?;
+    assert_eq!(
+        (retry.status, retry.json()["replayed"].clone()),
+        (200, json!(true)),
+        "{retry:?}"
+    );
+    assert_eq!(env.count("SELECT count(*) FROM notification_intents").await?, 1);
     env.cleanup().await;
     Ok(())
 }

@@ -62,7 +62,7 @@ fn run(env: &TestEnv, addr: &str, token: &str, max_examples: u32) -> Result<Stri
 async fn both_listeners_answer_as_their_openapi_documents_say() -> Result<()> {
     let env = TestEnv::new(
         "openapi",
-        &format!("[http_ingest]\nlisten = \"127.0.0.1:0\"\ntoken = \"{INGEST_TOKEN}\"\n"),
+        &format!("[http_ingest]\nlisten = \"127.0.0.1:0\"\ntoken = \"{INGEST_TOKEN}\"\nmax_in_flight = 2\n"),
     )
     .await?;
     let herald = env.spawn_roles(

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use integration_tests::http::request_text;
+use anyhow::{ensure, Context, Result};
+use integration_tests::http::{exchange, request_text};
 use integration_tests::kafka::{produce, producer};
-use integration_tests::samples::UniqueSeller;
+use integration_tests::samples::{order_event, UniqueSeller};
 use integration_tests::{seed_orders, wait_for, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -102,6 +102,7 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
         1,
     );
     let token = format!("{SENTINEL}-admin");
+    let ingest_token = format!("{SENTINEL}-ingest");
     let aws_secret = format!("{SENTINEL}-aws");
     let herald = env.spawn_roles(
         "ingest,relay,deliver",
@@ -110,6 +111,9 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
             ("HERALD_DATABASE__URL", db_url.as_str()),
             ("HERALD_DATABASE__OWNER_URL", db_url.as_str()),
             ("HERALD_ADMIN__TOKEN", token.as_str()),
+            ("HERALD_HTTP_INGEST__LISTEN", "127.0.0.1:0"),
+            ("HERALD_HTTP_INGEST__TOKEN", ingest_token.as_str()),
+            ("HERALD_HTTP_INGEST__MAX_IN_FLIGHT", "2"),
             ("HERALD_AWS__SECRET_ACCESS_KEY", aws_secret.as_str()),
             ("HERALD_LOG__LEVEL", "debug"),
         ],
@@ -146,6 +150,28 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
         let (_, text) = request_text(&admin, method, path, &headers, body.as_ref()).await?;
         served.push_str(&text);
     }
+    // HTTP ingest: one order accepted with its token, one refused with a wrong one.
+    let ingest = herald.http_ingest_addr(WAIT).await?;
+    let order = order_event("evt-9203", "order.created", "acme", "9203", "seller-1", "12.00");
+    for auth in [format!("Bearer {ingest_token}"), wrong.clone()] {
+        let answer = exchange(
+            &ingest,
+            "POST",
+            "/v1/order-events",
+            &[
+                ("Authorization", auth.as_str()),
+                ("Idempotency-Key", "secrets-9203"),
+                ("Content-Type", "application/json"),
+            ],
+            &order,
+        )
+        .await?;
+        served.push_str(&answer.body);
+    }
+    ensure!(
+        env.count("SELECT count(*) FROM http_requests").await? == 1,
+        "the order with the right token was accepted: {served}"
+    );
     wait_for("the poison message dead-lettered", WAIT, || async {
         let (_, text) = request_text(&admin, "GET", "/v1/dead-letters", &[], None).await?;
         Ok(text.contains("not_json").then_some(()))

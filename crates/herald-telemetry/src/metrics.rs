@@ -23,7 +23,7 @@ const LATENCY_BOUNDS: [f64; 14] = [
 const BATCH_BOUNDS: [f64; 10] = [1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0];
 
 /// How HTTP ingest answered (`herald_http_ingest_requests_total{outcome}`).
-pub const HTTP_INGEST_OUTCOMES: [&str; 15] = [
+pub const HTTP_INGEST_OUTCOMES: [&str; 16] = [
     "created",
     "replayed",
     "business_key_conflict",
@@ -38,6 +38,7 @@ pub const HTTP_INGEST_OUTCOMES: [&str; 15] = [
     "not_routed",
     "unrendered",
     "store_rejected",
+    "overloaded",
     "unavailable",
 ];
 

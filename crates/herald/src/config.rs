@@ -105,6 +105,9 @@ pub struct HttpIngestConfig {
     /// How long a request waits for another request with the same key before answering
     /// 409 (still in progress).
     pub in_progress_wait_ms: u64,
+    /// Most requests converging at once (each holds a database connection of the pool the
+    /// role's Kafka batches use); more answer 503 with Retry-After. Below database.pool_size.
+    pub max_in_flight: usize,
 }
 
 impl Default for HttpIngestConfig {
@@ -115,6 +118,7 @@ impl Default for HttpIngestConfig {
             token_file: None,
             key_retention_hours: 168,
             in_progress_wait_ms: 200,
+            max_in_flight: 4,
         }
     }
 }
@@ -721,6 +725,14 @@ impl Config {
             {
                 bail!(
                     "http_ingest.listen is set but neither http_ingest.token nor http_ingest.token_file is"
+                );
+            }
+            if h.max_in_flight == 0 || h.max_in_flight >= self.database.pool_size {
+                bail!(
+                    "http_ingest.max_in_flight = {} is out of range: expected 1..{} (below database.pool_size, \
+                     which the ingest role's Kafka batches share)",
+                    h.max_in_flight,
+                    self.database.pool_size
                 );
             }
             if h.listen == self.admin.listen && !h.listen.ends_with(":0") {
@@ -1337,6 +1349,10 @@ mod tests {
         for (toml, key) in [
             ("[http_ingest]\nlisten = \"127.0.0.1:9465\"", "http_ingest.token"),
             ("[http_ingest]\nkey_retention_hours = 23", "http_ingest.key_retention_hours"),
+            (
+                "[database]\npool_size = 4\n[http_ingest]\nlisten = \"127.0.0.1:9465\"\ntoken = \"t\"\nmax_in_flight = 4",
+                "http_ingest.max_in_flight",
+            ),
             ("[http_ingest]\nlisten = \"nowhere\"\ntoken = \"t\"", "http_ingest.listen"),
             (
                 "[admin]\nlisten = \"127.0.0.1:9465\"\n[http_ingest]\nlisten = \"127.0.0.1:9465\"\ntoken = \"t\"",

@@ -105,8 +105,13 @@ impl From<StoreError> for ApiError {
         let status = match e {
             StoreError::NotFound(_) => StatusCode::NOT_FOUND,
             StoreError::InvalidState(_) => StatusCode::CONFLICT,
-            // A value PostgreSQL refuses (U+0000 in a text parameter, say): the request's.
-            StoreError::Pool(_) | StoreError::Db(_) if !e.class().is_transient() => {
+            // A value PostgreSQL refuses (U+0000 in a text parameter, a value too long for
+            // an index): the request's. A constraint violation is not the request's fault
+            // (no request here writes a row a constraint could refuse): it is answered 503
+            // with the other database failures.
+            StoreError::Pool(_) | StoreError::Db(_)
+                if matches!(e.sqlstate().and_then(|c| c.get(..2)), Some("22" | "54")) =>
+            {
                 return ApiError(
                     StatusCode::BAD_REQUEST,
                     format!(

@@ -164,14 +164,28 @@ impl Answer {
         }
     }
 
-    pub fn unavailable(detail: String) -> Self {
+    /// The database failed under the request (the cause is in Herald's log, not here).
+    pub fn unavailable() -> Self {
         Self {
             retry_after: true,
             ..Self::refusal(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "unavailable",
-                format!("{detail}; nothing was stored, retry with the same key"),
+                "the database could not take the request; nothing was stored, retry with the same key",
+            )
+        }
+    }
+
+    /// `http_ingest.max_in_flight` requests are being converged.
+    pub fn overloaded() -> Self {
+        Self {
+            retry_after: true,
+            ..Self::refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "overloaded",
+                "too many requests in progress (http_ingest.max_in_flight); nothing was stored, retry with the same key",
             )
         }
     }

@@ -16,8 +16,8 @@ use crate::config::Route;
 use crate::ingest::{plan_orders, renderer, report_convergence, IngestContext, Origin, Routed};
 
 /// What the request asked, decided before any I/O.
-pub struct Accepted<'a> {
-    pub key: &'a str,
+pub struct Accepted {
+    pub key: String,
     pub request: OrderRequest,
     /// The event kind's route, narrowed to the requested channel.
     pub route: Route,
@@ -30,15 +30,16 @@ pub async fn converge(
     ctx: &IngestContext,
     retention: Duration,
     wait: Duration,
-    accepted: Accepted<'_>,
+    accepted: Accepted,
 ) -> anyhow::Result<Answer> {
     let Accepted {
-        key,
+        key: owned_key,
         request,
         route,
         trace_context,
         span,
     } = accepted;
+    let key = owned_key.as_str();
     let OrderRequest {
         fingerprint,
         document,

@@ -40,6 +40,7 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 struct HttpState {
     ctx: Arc<IngestContext>,
     token: String,
+    in_flight: Arc<tokio::sync::Semaphore>,
     retention: Duration,
     wait: Duration,
 }
@@ -75,6 +76,7 @@ pub async fn start(
     let state = Arc::new(HttpState {
         ctx: ctx.clone(),
         token,
+        in_flight: Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight)),
         retention: settings.key_retention(),
         wait: Duration::from_millis(settings.in_progress_wait_ms),
     });
@@ -157,9 +159,11 @@ async fn answer(
     if !crate::admin::authorised(headers, Some(&s.token)) {
         return Answer::unauthorised();
     }
-    let key = match headers.get("idempotency-key") {
-        None => return Answer::missing_key(),
-        Some(v) => match request::idempotency_key(v.as_bytes()) {
+    let mut keys = headers.get_all("idempotency-key").iter();
+    let key = match (keys.next(), keys.next()) {
+        (None, _) => return Answer::missing_key(),
+        (Some(_), Some(_)) => return Answer::invalid_key("Idempotency-Key is given more than once".into()),
+        (Some(v), None) => match request::idempotency_key(v.as_bytes()) {
             Ok(k) => k,
             Err(e) => return Answer::invalid_key(e),
         },
@@ -195,32 +199,56 @@ async fn answer(
         }
         route.channels = vec![channel];
     }
+    // At most max_in_flight transactions: the ingest role's Kafka batches share the pool.
+    let Ok(permit) = s.in_flight.clone().try_acquire_owned() else {
+        return Answer::overloaded();
+    };
     let accepted = Accepted {
-        key: &key,
+        key: key.clone(),
         request,
         route,
         trace_context: traceparent.map(str::to_owned),
         span,
     };
-    match converge::converge(&s.ctx, s.retention, s.wait, accepted).await {
-        Ok(answer) => answer,
+    // In a task of its own: a client that hangs up drops this handler, never the
+    // transaction halfway (which would hand a connection still running its statements back
+    // to the pool, and lose the logs and counters of a committed request).
+    let (ctx, retention, wait) = (s.ctx.clone(), s.retention, s.wait);
+    let work = tokio::spawn(
+        async move {
+            let _permit = permit;
+            converge::converge(&ctx, retention, wait, accepted).await
+        }
+        .in_current_span(),
+    );
+    match work.await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => failed(&key, e),
         Err(e) => {
-            // As a Kafka batch's: data PostgreSQL refuses is the request's (it would be
-            // dead-lettered `store_rejected`); anything else is the environment's.
-            let refused = e
-                .chain()
-                .find_map(|c| c.downcast_ref::<herald_store::StoreError>())
-                .filter(|s| !s.class().is_transient());
-            match refused {
-                Some(s) => {
-                    tracing::warn!(idempotency_key = %key, error = %format!("{e:#}"), "HTTP ingest request refused by the database");
-                    Answer::store_rejected(s.sqlstate().unwrap_or("?"), s.class().label())
-                }
-                None => {
-                    tracing::warn!(idempotency_key = %key, error = %format!("{e:#}"), "HTTP ingest request failed; answered 503");
-                    Answer::unavailable(format!("{e:#}"))
-                }
-            }
+            tracing::error!(idempotency_key = %key, error = %e, "HTTP ingest request task failed");
+            Answer::unavailable()
+        }
+    }
+}
+
+/// A request whose transaction failed (and rolled back).
+fn failed(key: &str, e: anyhow::Error) -> Answer {
+    // As a Kafka batch's: data PostgreSQL refuses is the request's (it would be
+    // dead-lettered `store_rejected`); anything else is the environment's.
+    let store = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<herald_store::StoreError>());
+    match store.filter(|s| !s.class().is_transient()) {
+        Some(s) => {
+            let (sqlstate, class) = (s.sqlstate().unwrap_or("?"), s.class().label());
+            // Without PostgreSQL's detail: "Failing row contains (...)" holds the row,
+            // destinations included.
+            tracing::warn!(idempotency_key = %key, sqlstate, class, "HTTP ingest request refused by the database");
+            Answer::store_rejected(sqlstate, class)
+        }
+        None => {
+            tracing::warn!(idempotency_key = %key, error = %format!("{e:#}"), "HTTP ingest request failed; answered 503");
+            Answer::unavailable()
         }
     }
 }

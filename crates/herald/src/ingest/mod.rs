@@ -34,6 +34,9 @@ pub use head::HeadOfLine;
 pub use plan::Unrendered;
 pub use stats::IngestStats;
 
+/// How long shutdown waits for HTTP ingest's open requests and connections.
+const HTTP_DRAIN: Duration = Duration::from_secs(15);
+
 pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
     let group = config.group(&config.ingest.group_id);
     let order_topic = config.topic(&config.kafka.topics.order_events);
@@ -106,18 +109,25 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         head.done(&batch);
     }
 
-    if let Some(http) = http {
-        // Requests in flight finish first (graceful shutdown): each commits or rolls back
-        // whole, so stopping here loses none.
-        match http.await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(error = %format!("{e:#}"), "HTTP ingest stopped with an error"),
-            Err(e) => warn!(error = %e, "HTTP ingest task failed"),
-        }
-    }
     info!("ingest draining: committing stored offsets");
     if let Err(e) = consumer.commit_stored() {
         warn!(error = %e, "final offset commit failed; the last batches will be replayed and converge");
+    }
+    if let Some(mut http) = http {
+        // Requests in flight finish (graceful shutdown), for a while: each commits or rolls
+        // back whole, so one cut off by the deadline loses nothing (its client retries).
+        match tokio::time::timeout(HTTP_DRAIN, &mut http).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => warn!(error = %format!("{e:#}"), "HTTP ingest stopped with an error"),
+            Ok(Err(e)) => warn!(error = %e, "HTTP ingest task failed"),
+            Err(_) => {
+                warn!(
+                    "HTTP ingest requests still open after {} s; closing them",
+                    HTTP_DRAIN.as_secs()
+                );
+                http.abort();
+            }
+        }
     }
     consumer.unsubscribe();
     reporter.abort();
