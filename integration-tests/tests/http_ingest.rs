@@ -449,10 +449,11 @@ async fn a_request_in_progress_answers_409_and_a_kill_before_or_after_the_commit
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_hangs_up_mid_request_does_not_cut_its_transaction_short() -> Result<()> {
+async fn a_client_that_hangs_up_mid_request_does_not_cut_its_transaction_short_and_expired_keys_are_swept(
+) -> Result<()> {
     use tokio::io::AsyncWriteExt;
     let env = TestEnv::new("http_hang_up", HTTP_INGEST).await?;
-    let (_herald, addr) = start_roles(&env, "ingest", "herald", "").await?;
+    let (herald, addr) = start_roles(&env, "ingest", "herald", "").await?;
     // The test holds the outbox: the request's transaction waits for it inside PostgreSQL
     // (an await in Herald, where a dropped handler would drop the transaction).
     let mut blocker = integration_tests::pg_connect(&env.db_url).await?;
@@ -498,6 +499,23 @@ async fn a_client_that_hangs_up_mid_request_does_not_cut_its_transaction_short()
         "{retry:?}"
     );
     assert_eq!(env.count("SELECT count(*) FROM notification_intents").await?, 1);
+
+    // Expired keys are swept (at start, then every 10 minutes) whether or not a request
+    // comes back for them.
+    env.db
+        .batch_execute(
+            "UPDATE http_requests SET received_at = now() - interval '8 days', expires_at = now() - interval '1 day'",
+        )
+        .await?;
+    drop(herald);
+    let _herald = start_roles(&env, "ingest", "restarted", "").await?;
+    env.wait_count(
+        "the expired key swept",
+        "SELECT count(*) FROM http_requests",
+        0,
+        WAIT,
+    )
+    .await?;
     env.cleanup().await;
     Ok(())
 }
