@@ -562,6 +562,12 @@ impl HeraldProcess {
         self.listening("HTTP ingest listening", timeout).await
     }
 
+    /// `127.0.0.1:PORT` of this process's probe listener (`admin.probe_listen =
+    /// "127.0.0.1:0"`).
+    pub async fn probe_addr(&self, timeout: Duration) -> Result<String> {
+        self.listening("probe endpoint listening", timeout).await
+    }
+
     async fn listening(&self, message: &str, timeout: Duration) -> Result<String> {
         wait_for(message, timeout, || async {
             Ok(self.log().lines().find_map(|l| {

@@ -19,6 +19,23 @@ use crate::{KafkaError, KafkaSettings, Result};
 
 /// Most dead-letter records read for one list or replay.
 pub const DEAD_LETTER_LIMIT: usize = 10_000;
+/// Most bytes (keys, values, headers) of dead-letter records held for one list or replay.
+pub const DEAD_LETTER_MAX_BYTES: usize = 64 << 20;
+
+/// How much of the dead-letter topic one read may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadBound {
+    pub records: usize,
+    pub bytes: usize,
+}
+
+impl ReadBound {
+    /// What a replay or the command line reads.
+    pub const ALL: ReadBound = ReadBound {
+        records: DEAD_LETTER_LIMIT,
+        bytes: DEAD_LETTER_MAX_BYTES,
+    };
+}
 
 /// Header added to a replayed message: where in the dead-letter topic it came from.
 pub const REPLAYED_FROM: &str = "herald-replayed-from";
@@ -165,14 +182,15 @@ pub struct DeadLetterRecord {
     headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
-/// Every record of the dead-letter `topic` from the log start to its end when called
-/// (at most `limit`).
+/// Every record of the dead-letter `topic` from the log start to its end when called, up
+/// to `bound` (the first ones read; a record that crosses the byte bound is the last).
+/// The flag says whether the read stopped at a bound (there may be more).
 pub fn read_dead_letters(
     settings: &KafkaSettings,
     topic: &str,
-    limit: usize,
+    bound: ReadBound,
     timeout: Duration,
-) -> Result<Vec<DeadLetterRecord>> {
+) -> Result<(Vec<DeadLetterRecord>, bool)> {
     let consumer: BaseConsumer = settings.reader("herald-inspect").create()?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = BTreeMap::new();
@@ -185,13 +203,14 @@ pub fn read_dead_letters(
     }
     let mut out = Vec::new();
     if ends.is_empty() {
-        return Ok(out);
+        return Ok((out, false));
     }
+    let mut bytes = 0usize;
     consumer.assign(&tpl)?;
     let deadline = Instant::now() + timeout;
     // A partition is done once a message at or past its end offset minus one was read;
     // transaction markers can leave the last offset unreadable, hence the deadline too.
-    while !ends.is_empty() && out.len() < limit && Instant::now() < deadline {
+    while !ends.is_empty() && out.len() < bound.records && bytes < bound.bytes && Instant::now() < deadline {
         let m = match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => m,
             Some(Err(e)) => return Err(e.into()),
@@ -203,6 +222,13 @@ pub fn read_dead_letters(
             }
         }
         let h = |name| header_str(&m, name).map(str::to_owned);
+        bytes += m.key().map_or(0, <[u8]>::len)
+            + m.payload().map_or(0, <[u8]>::len)
+            + m.headers().map_or(0, |hs| {
+                hs.iter()
+                    .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
+                    .sum()
+            });
         out.push(DeadLetterRecord {
             partition: m.partition(),
             offset: m.offset(),
@@ -228,8 +254,9 @@ pub fn read_dead_letters(
                 .unwrap_or_default(),
         });
     }
+    let bounded = out.len() >= bound.records || bytes >= bound.bytes;
     out.sort_by_key(|r| (r.partition, r.offset));
-    Ok(out)
+    Ok((out, bounded))
 }
 
 /// Which dead-letter records to replay: the listed ones, all with a reason, or all.

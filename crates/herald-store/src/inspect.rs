@@ -294,7 +294,7 @@ impl Store {
 
 async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
     {
-        // notification_intents_pkey
+        // notification_intents_pkey; outbox_intent_id_idx for the count
         let Some(r) = conn
             .query_opt(
                 "SELECT i.id, i.marketplace_id, i.order_id, i.event_kind, i.channel, i.idempotency_key,

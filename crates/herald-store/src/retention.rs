@@ -269,8 +269,7 @@ impl RetentionSession {
                     &[&ids],
                 )
                 .await?,
-            // No index on outbox.intent_id: the outbox holds only unpublished rows (a
-            // terminal intent has none, unless a relay died mid-publish), so it is small.
+            // outbox_intent_id_idx (V11)
             outbox: tx
                 .execute("DELETE FROM outbox WHERE intent_id = ANY($1)", &[&ids])
                 .await?,

@@ -46,6 +46,10 @@ pub struct Config {
 pub struct AdminConfig {
     /// `host:port`; loopback by default. Empty: no admin endpoint.
     pub listen: String,
+    /// `host:port` of a second listener serving only `/healthz`, `/readyz` and `/metrics`:
+    /// what a pod exposes to its kubelet and Prometheus while `listen` (the ledger, the
+    /// mutations) stays on loopback. Empty (the default): none.
+    pub probe_listen: String,
     /// Bearer token the mutating endpoints (resolve, dead-letter replay) require. Prefer
     /// `token_file` or `HERALD_ADMIN__TOKEN`; without a token those endpoints answer 401.
     pub token: Option<String>,
@@ -57,6 +61,7 @@ impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: "127.0.0.1:9464".into(),
+            probe_listen: String::new(),
             token: None,
             token_file: None,
         }
@@ -703,6 +708,25 @@ impl Config {
             0,
             36,
         )?;
+        for (key, listen) in [
+            ("admin.listen", &self.admin.listen),
+            ("admin.probe_listen", &self.admin.probe_listen),
+        ] {
+            if !listen.is_empty() {
+                listen
+                    .parse::<std::net::SocketAddr>()
+                    .map_err(|e| anyhow::anyhow!("{key} {listen:?}: {e}"))?;
+            }
+        }
+        if !self.admin.probe_listen.is_empty()
+            && self.admin.probe_listen == self.admin.listen
+            && !self.admin.listen.ends_with(":0")
+        {
+            bail!(
+                "admin.probe_listen and admin.listen are both {:?}: give each its own",
+                self.admin.listen
+            );
+        }
         let h = &self.http_ingest;
         range(
             "http_ingest.key_retention_hours",

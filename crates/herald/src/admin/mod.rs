@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use herald_core::{BusinessKey, Channel};
-use herald_kafka::inspect::{self, DeadLetterRecord, ReplaySelection, DEAD_LETTER_LIMIT};
+use herald_kafka::inspect::{self, DeadLetterRecord, ReadBound, ReplaySelection};
 use herald_kafka::KafkaSettings;
 use herald_store::delivery::Resolution;
 use herald_store::evidence::{Destination, Suppression};
@@ -43,9 +43,20 @@ pub struct AdminState {
     /// Where a replay may write: `Config::ingest_topics`.
     pub ingest_topics: Vec<String>,
     pub metrics: Arc<herald_telemetry::Metrics>,
+    /// Held while the dead-letter topic is read.
+    pub dead_letter_reads: tokio::sync::Mutex<()>,
 }
 
 type Shared = State<Arc<AdminState>>;
+
+/// What `admin.probe_listen` serves: liveness, readiness and metrics, nothing of the ledger.
+pub fn probe_router(state: Arc<AdminState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
 
 pub fn router(state: Arc<AdminState>) -> Router {
     Router::new()
@@ -75,17 +86,25 @@ pub async fn bind(listen: &str) -> anyhow::Result<tokio::net::TcpListener> {
         .map_err(|e| anyhow::anyhow!("admin.listen {addr}: cannot bind: {e}"))
 }
 
-/// Serves on `listener` until shutdown.
+/// Serves on `listener` until shutdown: the whole admin API, or with `probes_only` the
+/// probes and metrics.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AdminState>,
+    probes_only: bool,
     mut shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    if state.token.is_none() {
-        tracing::warn!("admin.token is not set: resolve and dead-letter replay answer 401");
-    }
-    tracing::info!(listen = %listener.local_addr()?, "admin endpoint listening");
-    axum::serve(listener, router(state))
+    let app = if probes_only {
+        tracing::info!(listen = %listener.local_addr()?, "probe endpoint listening");
+        probe_router(state)
+    } else {
+        if state.token.is_none() {
+            tracing::warn!("admin.token is not set: resolve and dead-letter replay answer 401");
+        }
+        tracing::info!(listen = %listener.local_addr()?, "admin endpoint listening");
+        router(state)
+    };
+    axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.requested().await })
         .await?;
     Ok(())
@@ -140,7 +159,7 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn readyz(State(s): Shared) -> Response {
-    let r = s.health.check().await;
+    let r = s.health.readiness();
     let status = if r.ready {
         StatusCode::OK
     } else {
@@ -385,26 +404,51 @@ async fn lift_suppression(
     }
 }
 
-async fn read_dead_letters(s: &AdminState) -> Result<Vec<DeadLetterRecord>, ApiError> {
+/// Reads the dead-letter topic, one read at a time per process (each builds a Kafka client
+/// and holds what it reads).
+async fn read_dead_letters(
+    s: &AdminState,
+    bound: ReadBound,
+) -> Result<(Vec<DeadLetterRecord>, bool), ApiError> {
+    let _one_at_a_time = s.dead_letter_reads.lock().await;
     let (settings, topic) = (s.kafka.clone(), s.dead_letter_topic.clone());
-    tokio::task::spawn_blocking(move || {
-        inspect::read_dead_letters(&settings, &topic, DEAD_LETTER_LIMIT, KAFKA_TIMEOUT)
-    })
-    .await
-    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
+    tokio::task::spawn_blocking(move || inspect::read_dead_letters(&settings, &topic, bound, KAFKA_TIMEOUT))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(|e| ApiError(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadLetterQuery {
+    limit: Option<usize>,
+}
+
+/// Records per list: 100 unless asked, at most 1,000; and at most 8 MiB of them.
+const LIST_LIMIT: (usize, usize) = (100, 1000);
+const LIST_MAX_BYTES: usize = 8 << 20;
 
 #[derive(Serialize)]
 struct DeadLetterList {
     topic: String,
     records: Vec<DeadLetterRecord>,
+    /// The list stopped at its bound: the topic holds more (from the offsets after these).
+    truncated: bool,
 }
 
-async fn list_dead_letters(State(s): Shared) -> Result<Json<DeadLetterList>, ApiError> {
+async fn list_dead_letters(
+    State(s): Shared,
+    Params(q): Params<DeadLetterQuery>,
+) -> Result<Json<DeadLetterList>, ApiError> {
+    let bound = ReadBound {
+        records: q.limit.unwrap_or(LIST_LIMIT.0).clamp(1, LIST_LIMIT.1),
+        bytes: LIST_MAX_BYTES,
+    };
+    let (records, truncated) = read_dead_letters(&s, bound).await?;
     Ok(Json(DeadLetterList {
         topic: s.dead_letter_topic.clone(),
-        records: read_dead_letters(&s).await?,
+        records,
+        truncated,
     }))
 }
 
@@ -417,8 +461,9 @@ async fn replay_dead_letters(
         return Err(unauthorised());
     }
     sel.validate().map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
-    let chosen: Vec<DeadLetterRecord> = read_dead_letters(&s)
+    let chosen: Vec<DeadLetterRecord> = read_dead_letters(&s, ReadBound::ALL)
         .await?
+        .0
         .into_iter()
         .filter(|r| sel.picks(r))
         .collect();

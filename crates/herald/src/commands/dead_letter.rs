@@ -9,7 +9,9 @@ use std::time::Duration;
 use crate::config::Config;
 use anyhow::Context;
 use clap::Subcommand;
-use herald_kafka::inspect::{self, DeadLetterRecord, RecordRef, ReplaySelection, DEAD_LETTER_LIMIT};
+use herald_kafka::inspect::{
+    self, DeadLetterRecord, ReadBound, RecordRef, ReplaySelection, DEAD_LETTER_LIMIT, DEAD_LETTER_MAX_BYTES,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -53,10 +55,18 @@ async fn read(config: &Config) -> anyhow::Result<(String, Vec<DeadLetterRecord>)
     let topic = config.topic(&config.kafka.topics.dead_letter);
     let (settings, t) = (config.kafka_settings(), topic.clone());
     let records = tokio::task::spawn_blocking(move || {
-        inspect::read_dead_letters(&settings, &t, DEAD_LETTER_LIMIT, TIMEOUT)
+        inspect::read_dead_letters(&settings, &t, ReadBound::ALL, TIMEOUT)
     })
     .await?
     .with_context(|| format!("reading {topic}"))?;
+    if records.1 {
+        tracing::warn!(
+            records = records.0.len(),
+            "{topic} holds more than one read takes ({DEAD_LETTER_LIMIT} records, {} MiB): these are the first",
+            DEAD_LETTER_MAX_BYTES >> 20
+        );
+    }
+    let records = records.0;
     Ok((topic, records))
 }
 

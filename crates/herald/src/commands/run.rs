@@ -114,7 +114,8 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
         obs.metrics.clone(),
         shutdown.clone(),
     ));
-    if !config.admin.listen.is_empty() {
+    let listeners = [&config.admin.listen, &config.admin.probe_listen];
+    if listeners.iter().any(|l| !l.is_empty()) {
         let state = std::sync::Arc::new(AdminState {
             store: store.clone(),
             scrape,
@@ -124,17 +125,22 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
             dead_letter_topic: config.topic(&config.kafka.topics.dead_letter),
             ingest_topics: config.ingest_topics(),
             metrics: obs.metrics.clone(),
+            dead_letter_reads: Default::default(),
         });
-        // Bound before the roles start, so that a port clash fails start-up. It stops
+        // Bound before the roles start, so that a port clash fails start-up. They stop
         // serving when shutdown is requested: a draining process is no longer ready.
-        let listen = config.admin.listen.clone();
-        let server = crate::admin::bind(&listen).await?;
-        let sd = shutdown.clone();
-        background.spawn(async move {
-            if let Err(e) = crate::admin::serve(server, state, sd).await {
-                tracing::error!(error = %format!("{e:#}"), "admin endpoint stopped");
+        for (listen, probes_only) in [(&config.admin.listen, false), (&config.admin.probe_listen, true)] {
+            if listen.is_empty() {
+                continue;
             }
-        });
+            let server = crate::admin::bind(listen).await?;
+            let (sd, state) = (shutdown.clone(), state.clone());
+            background.spawn(async move {
+                if let Err(e) = crate::admin::serve(server, state, probes_only, sd).await {
+                    tracing::error!(error = %format!("{e:#}"), "admin endpoint stopped");
+                }
+            });
+        }
     }
 
     // Each role runs until shutdown; the first to fail stops the process with its error
