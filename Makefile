@@ -19,7 +19,7 @@ TOOL         := $(LOCAL)/tool.sh
 # trace UI: Jaeger's collector feeds it through Kafka.
 STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka zipkin
 
-.PHONY: help deps build lint fmt-check clippy rules deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
+.PHONY: help deps build lint fmt-check clippy rules units deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate
 
 help:
@@ -89,7 +89,18 @@ audit:
 	@echo "audit: cargo deny check advisories (fetches the RustSec database)"
 	@$(CARGO) deny check advisories
 
-test: fmt-check clippy rules deny test-all chaos-short
+# The systemd unit (deploy/systemd/herald@.service) passes `systemd-analyze verify` for a
+# role-group instance, with ExecStart pointed at the binary just built (verify checks that
+# it exists); any warning fails the check too.
+units: build
+	@$(TOOL) systemd-analyze
+	@echo "check: systemd-analyze verify deploy/systemd/herald@.service"
+	@dir="$$(mktemp -d)"; trap 'rm -rf "$$dir"' EXIT; \
+	  sed 's#^ExecStart=/usr/local/bin/herald #ExecStart=$(CURDIR)/$(HERALD) #' deploy/systemd/herald@.service >"$$dir/herald@.service"; \
+	  out="$$(cd "$$dir" && systemd-analyze verify "$$dir/herald@ingest\x2crelay\x2cdeliver.service" 2>&1)"; rc=$$?; \
+	  if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd-analyze verify failed (rc $$rc)"; exit 1; fi
+
+test: fmt-check clippy rules units deny test-all chaos-short
 
 # The reliability scenarios (integration-tests/src/chaos): faults injected into the real
 # stack and several herald processes, then the invariants checked. They stop and start the

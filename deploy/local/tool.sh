@@ -7,6 +7,7 @@
 #   cargo-fuzz        pinned, compiled from source (make fuzz)
 #   browser           Debian's chromium and playwright-core (npm, pinned in
 #                     deploy/local/browser/package-lock.json) in .local/browser: the trace UI test
+#   systemd-analyze   Debian's `systemd` package (make units); nothing is started
 #   schemathesis      schemathesis and its dependencies (PyPI, pinned in
 #                     deploy/local/schemathesis/requirements.txt) in .local/schemathesis-venv:
 #                     the OpenAPI conformance test of both HTTP listeners
@@ -141,7 +142,7 @@ install_schemathesis() {
   echo "$stamp" >"$SCHEMATHESIS_VENV/.installed"
 }
 
-[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser|schemathesis ..."
+[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser|schemathesis|systemd-analyze ..."
 for tool in "$@"; do
   case "$tool" in
     rustfmt | clippy) rust_component "$tool" ;;
@@ -150,6 +151,7 @@ for tool in "$@"; do
     cargo-fuzz) cargo_tool cargo-fuzz "$CARGO_FUZZ_VERSION" ;;
     browser) install_browser ;;
     schemathesis) install_schemathesis ;;
-    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser, schemathesis)" ;;
+    systemd-analyze) command -v systemd-analyze >/dev/null 2>&1 || { require_root; apt_install systemd; } ;;
+    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser, schemathesis, systemd-analyze)" ;;
   esac
 done

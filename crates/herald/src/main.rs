@@ -28,6 +28,7 @@ mod reconcile;
 mod relay;
 mod retention;
 mod retrying;
+mod sd_notify;
 mod shutdown;
 
 use std::path::PathBuf;

@@ -160,6 +160,33 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
         };
         tasks.spawn(work);
     }
+    // Start-up is over: systemd (Type=notify) may start what depends on this unit.
+    // Readiness (PostgreSQL, Kafka) is reported as STATUS, and on /readyz.
+    crate::sd_notify::notify("READY=1\nSTATUS=started; checking readiness");
+    {
+        let (health, mut sd) = (health.clone(), shutdown.clone());
+        background.spawn(async move {
+            let mut was = None;
+            loop {
+                tokio::select! {
+                    _ = sd.requested() => {
+                        crate::sd_notify::notify("STOPPING=1\nSTATUS=draining");
+                        return;
+                    }
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+                let ready = health.readiness().ready;
+                if was != Some(ready) {
+                    crate::sd_notify::notify(if ready {
+                        "STATUS=ready"
+                    } else {
+                        "STATUS=not ready (see /readyz)"
+                    });
+                    was = Some(ready);
+                }
+            }
+        });
+    }
     while let Some(done) = tasks.join_next().await {
         let (role, result) = done.context("a role panicked")?;
         match &result {
