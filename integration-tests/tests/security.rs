@@ -7,7 +7,7 @@ use anyhow::{ensure, Context, Result};
 use integration_tests::http::{exchange, request_text};
 use integration_tests::kafka::{produce, producer};
 use integration_tests::samples::{order_event, UniqueSeller};
-use integration_tests::{seed_orders, wait_for, TestEnv};
+use integration_tests::{produce_order, produce_seller, seed_orders, wait_for, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -52,13 +52,38 @@ async fn the_runtime_role_writes_rows_but_cannot_change_the_schema() -> Result<(
         &[
             ("HERALD_DATABASE__URL", runtime_url.as_str()),
             ("HERALD_DATABASE__MIGRATE_ON_START", "false"),
+            ("HERALD_HTTP_INGEST__LISTEN", "127.0.0.1:0"),
+            ("HERALD_HTTP_INGEST__TOKEN", "rt-ingest-token"),
+            ("HERALD_HTTP_INGEST__MAX_IN_FLIGHT", "2"),
         ],
     )?;
-    seed_orders(&env, &UniqueSeller::new(), &["9101"]).await?;
+    let seller = UniqueSeller::new();
+    seed_orders(&env, &seller, &["9101"]).await?;
+    // An order held for a profile that comes later (holds written, then released), and
+    // one through HTTP ingest (its key stored, then answered).
+    let p = producer()?;
+    produce_order(&env, &p, "evt-9102", "9102", "seller-2", "12.00").await?;
+    env.wait_count("order 9102 held", "SELECT count(*) FROM intent_holds", 2, WAIT)
+        .await?;
+    produce_seller(&env, &p, &seller.profile("seller-2")).await?;
+    let ingest = herald.http_ingest_addr(WAIT).await?;
+    let answer = exchange(
+        &ingest,
+        "POST",
+        "/v1/order-events",
+        &[
+            ("Authorization", "Bearer rt-ingest-token"),
+            ("Idempotency-Key", "rt-9103"),
+            ("Content-Type", "application/json"),
+        ],
+        &order_event("evt-9103", "order.created", "acme", "9103", "seller-1", "12.00"),
+    )
+    .await?;
+    assert_eq!(answer.status, 201, "{answer:?}");
     env.wait_count(
-        "both intents accepted, written by the runtime role",
+        "six intents accepted, written by the runtime role",
         "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
-        2,
+        6,
         WAIT,
     )
     .await?;
@@ -70,7 +95,8 @@ async fn the_runtime_role_writes_rows_but_cannot_change_the_schema() -> Result<(
         .query_one("SELECT count(*) FROM notification_attempts", &[])
         .await?
         .get(0);
-    assert_eq!(rows, 2);
+    assert_eq!(rows, 6);
+    runtime.query_one("SELECT count(*) FROM templates", &[]).await?;
     for ddl in [
         "CREATE TABLE herald_intruder (x int)",
         "ALTER TABLE notification_intents ADD COLUMN intruder int",
@@ -79,10 +105,39 @@ async fn the_runtime_role_writes_rows_but_cannot_change_the_schema() -> Result<(
         "CREATE INDEX intruder_idx ON notification_intents (order_id)",
         "DROP TRIGGER outbox_notify_after_insert ON outbox",
         "INSERT INTO herald_schema_history (version, name, applied_on, checksum) VALUES (999, 'x', 'now', '0')",
+        // Table by table, only what herald run does: the ledger is never deleted from by
+        // the runtime role (retention runs as the owner), templates are only read.
+        "DELETE FROM notification_intents",
+        "DELETE FROM notification_payloads",
+        "DELETE FROM notification_attempts",
+        "DELETE FROM intent_conflicts",
+        "DELETE FROM intent_resolutions",
+        "DELETE FROM intent_holds",
+        "DELETE FROM provider_events",
+        "DELETE FROM suppressions",
+        "UPDATE intent_conflicts SET offending_event_id = 'x'",
+        "UPDATE intent_resolutions SET reason = 'x'",
+        "UPDATE templates SET active = false",
+        "DELETE FROM templates",
+        "INSERT INTO templates SELECT * FROM templates LIMIT 1",
+        "DELETE FROM http_request_mismatches",
     ] {
         refused(&runtime, ddl).await?;
     }
     drop(runtime);
+
+    // A table nobody decided the runtime role's privileges for stops the grant (and the
+    // migration command) instead of being left out silently.
+    env.db.batch_execute("CREATE TABLE it_unlisted (x int)").await?;
+    let out = std::process::Command::new(integration_tests::herald_bin())
+        .arg("--config")
+        .arg(&env.config_path)
+        .arg("migrate")
+        .env("HERALD_DATABASE__RUNTIME_ROLE", &role)
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("it_unlisted"), "{err}");
+    env.db.batch_execute("DROP TABLE it_unlisted").await?;
     env.db.batch_execute(&format!("DROP OWNED BY {role}")).await?;
     env.cleanup().await;
     let admin = integration_tests::pg_connect(integration_tests::PG_ADMIN_URL).await?;

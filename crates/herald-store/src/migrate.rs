@@ -26,7 +26,16 @@ impl Store {
     /// Applies pending migrations, then runs the partition upkeep (this month and the next
     /// `months_ahead`, and any month after `keep_from` stranded in the default partition). Safe to run
     /// concurrently: advisory locks serialise runners. `Err`: the migrations failed.
-    pub async fn migrate(&self, months_ahead: u32, keep_from: NaiveDate) -> Result<MigrationReport> {
+    ///
+    /// With `runtime_role`, the role then gets [`RUNTIME_PRIVILEGES`] (see
+    /// [`grant_runtime`]), still under the migration lock: two instances starting together
+    /// cannot interleave their grants, nor grant on a schema another is still changing.
+    pub async fn migrate(
+        &self,
+        months_ahead: u32,
+        keep_from: NaiveDate,
+        runtime_role: Option<&str>,
+    ) -> Result<MigrationReport> {
         let mut client = self.dedicated().await?;
         client
             .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
@@ -35,6 +44,11 @@ impl Store {
             .set_migration_table_name("herald_schema_history")
             .run_async(&mut client)
             .await;
+        let report = match (report, runtime_role) {
+            (Ok(report), Some(role)) => grant_runtime(&mut client, role).await.map(|()| report),
+            (Ok(report), None) => Ok(report),
+            (Err(e), _) => Err(e.into()),
+        };
         let result = match report {
             Ok(report) => {
                 let applied = report
@@ -45,32 +59,88 @@ impl Store {
                 let partitions = upkeep_locked(&mut client, months_ahead, keep_from).await;
                 Ok(MigrationReport { applied, partitions })
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         };
         client
             .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
             .await?;
         result
     }
+}
 
-    /// Grants `role` what `herald run` needs and nothing more: reading and writing the
-    /// rows of every table in the schema, and its sequences. No CREATE on the schema, no
-    /// TRUNCATE, no ownership: DDL from `role` fails. Idempotent; run by the schema owner
-    /// after each migration (new tables get their grants then).
-    pub async fn grant_runtime(&self, role: &str) -> Result<()> {
-        let client = self.dedicated().await?;
-        let schema: String = client.query_one("SELECT current_schema()", &[]).await?.get(0);
-        let (schema, role) = (quote_ident(&schema), quote_ident(role));
-        client
-            .batch_execute(&format!(
-                "GRANT USAGE ON SCHEMA {schema} TO {role};
-                 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};
-                 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
-                 REVOKE INSERT, UPDATE, DELETE ON {schema}.herald_schema_history FROM {role};"
-            ))
-            .await?;
-        Ok(())
+/// What `herald run` and the commands that run as the runtime role (intent resolve,
+/// suppression remove, dead-letter replay) do to each table, and so all the runtime role
+/// may do. Retention, migrations, partitions and template publishing run as the schema
+/// owner. `ON CONFLICT DO UPDATE` and `SELECT ... FOR UPDATE` need UPDATE; cascaded
+/// deletes and foreign-key checks run as the owner. No DELETE on the ledger (intents,
+/// payloads, attempts, conflicts, resolutions, provider evidence), no write to templates.
+pub const RUNTIME_PRIVILEGES: &[(&str, &str)] = &[
+    ("notification_intents", "SELECT, INSERT, UPDATE"),
+    ("notification_payloads", "SELECT, INSERT, UPDATE"),
+    ("notification_attempts", "SELECT, INSERT, UPDATE"),
+    ("intent_conflicts", "SELECT, INSERT"),
+    ("intent_resolutions", "SELECT, INSERT"),
+    ("intent_holds", "SELECT, INSERT, UPDATE"),
+    // Claimed FOR UPDATE and deleted once published.
+    ("outbox", "SELECT, INSERT, UPDATE, DELETE"),
+    ("provider_events", "SELECT, INSERT, UPDATE"),
+    ("provider_event_rejects", "SELECT, INSERT"),
+    ("provider_log_cursors", "SELECT, INSERT, UPDATE"),
+    ("suppressions", "SELECT, INSERT, UPDATE"),
+    // Tombstones delete a seller's profile.
+    ("sellers", "SELECT, INSERT, UPDATE, DELETE"),
+    ("templates", "SELECT"),
+    // Expired keys are deleted (their mismatches go by cascade, as the owner).
+    ("http_requests", "SELECT, INSERT, UPDATE, DELETE"),
+    ("http_request_mismatches", "SELECT, INSERT"),
+    ("herald_schema_history", "SELECT"),
+];
+
+/// Grants `role` [`RUNTIME_PRIVILEGES`] and nothing more, in one transaction (a running
+/// instance never sees a moment with fewer): everything it had on the schema's tables is
+/// revoked first, so a privilege dropped from the list is taken away on the next
+/// migration. No CREATE on the schema, no TRUNCATE, no ownership: DDL fails. A table of
+/// the schema the list does not name fails the grant: every new table needs a decision.
+async fn grant_runtime(client: &mut tokio_postgres::Client, role: &str) -> Result<()> {
+    let schema: String = client.query_one("SELECT current_schema()", &[]).await?.get(0);
+    let tables: Vec<String> = client
+        .query(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+              ORDER BY 1",
+            &[],
+        )
+        .await?
+        .into_iter()
+        .map(|r| r.get(0))
+        .collect();
+    let unlisted: Vec<&String> = tables
+        .iter()
+        .filter(|t| !RUNTIME_PRIVILEGES.iter().any(|(name, _)| name == t))
+        .collect();
+    if !unlisted.is_empty() {
+        return Err(crate::StoreError::Config(format!(
+            "no runtime privileges are listed for {unlisted:?} (herald_store::migrate::RUNTIME_PRIVILEGES)"
+        )));
     }
+    let (schema, role) = (quote_ident(&schema), quote_ident(role));
+    let mut sql = format!(
+        "REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
+         GRANT USAGE ON SCHEMA {schema} TO {role};
+         GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role};"
+    );
+    for (table, privileges) in RUNTIME_PRIVILEGES {
+        if tables.iter().any(|t| t == table) {
+            sql.push_str(&format!(
+                "GRANT {privileges} ON {schema}.{} TO {role};",
+                quote_ident(table)
+            ));
+        }
+    }
+    let tx = client.transaction().await?;
+    tx.batch_execute(&sql).await?;
+    tx.commit().await?;
+    Ok(())
 }
 
 /// `name` as a quoted SQL identifier.

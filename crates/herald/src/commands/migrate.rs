@@ -13,7 +13,7 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
         println!("applied {m}");
     }
     if let Some(role) = &config.database.runtime_role {
-        println!("granted {role} read and write on the tables (no DDL)");
+        println!("granted {role} what herald run needs, table by table (no DDL, no DELETE on the ledger)");
     }
     let upkeep = report
         .partitions
@@ -33,14 +33,13 @@ pub async fn run(config: &Config) -> anyhow::Result<()> {
 pub async fn migrate_as_owner(config: &Config) -> anyhow::Result<MigrationReport> {
     let owner = Store::new(&config.owner_store())?;
     let keep_from = crate::retention::cutoffs(&config.retention, chrono::Utc::now()).attempts;
+    let role = config.database.runtime_role.as_deref();
     let report = owner
-        .migrate(config.database.attempt_partitions_ahead, keep_from)
-        .await?;
-    if let Some(role) = &config.database.runtime_role {
-        owner
-            .grant_runtime(role)
-            .await
-            .with_context(|| format!("granting the runtime role {role}"))?;
-    }
+        .migrate(config.database.attempt_partitions_ahead, keep_from, role)
+        .await
+        .with_context(|| match role {
+            Some(role) => format!("migrating, then granting the runtime role {role}"),
+            None => "migrating".to_owned(),
+        })?;
     Ok(report)
 }

@@ -48,7 +48,8 @@ pub enum TemplateCommand {
 }
 
 pub async fn run(config: &Config, command: TemplateCommand) -> anyhow::Result<()> {
-    let store = Store::new(&config.store())?;
+    // Templates are the schema owner's to write: the runtime role only reads them.
+    let store = Store::new(&config.owner_store())?;
     match command {
         TemplateCommand::Publish {
             template,
