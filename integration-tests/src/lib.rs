@@ -438,12 +438,50 @@ channels = ["email", "sms"]
 
     /// Drops the database (best effort); topics are left to the broker's retention.
     pub async fn cleanup(self) {
+        let runtime_role = self.runtime_role_name();
         drop(self.db);
         if let Ok(admin) = pg_connect(PG_ADMIN_URL).await {
             let _ = admin
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.database))
                 .await;
+            // Its privileges went with the database.
+            let _ = admin
+                .batch_execute(&format!("DROP ROLE IF EXISTS {runtime_role}"))
+                .await;
         }
+    }
+
+    fn runtime_role_name(&self) -> String {
+        format!("{}_rt", self.database)
+    }
+
+    /// Creates this namespace's runtime role, migrates granting it (as production does:
+    /// `database.runtime_role`), and returns the environment that runs Herald as it:
+    /// `HERALD_DATABASE__URL` and no migration at start. The role goes with [`Self::cleanup`].
+    pub async fn as_runtime_role(&self) -> Result<[(&'static str, String); 2]> {
+        let role = self.runtime_role_name();
+        self.db
+            .batch_execute(&format!("CREATE ROLE {role} LOGIN"))
+            .await?;
+        let out = Command::new(herald_bin())
+            .arg("--config")
+            .arg(&self.config_path)
+            .arg("migrate")
+            .env("HERALD_DATABASE__RUNTIME_ROLE", &role)
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "herald migrate granting {role}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok([
+            (
+                "HERALD_DATABASE__URL",
+                self.db_url
+                    .replacen("postgres://herald@", &format!("postgres://{role}@"), 1),
+            ),
+            ("HERALD_DATABASE__MIGRATE_ON_START", "false".to_owned()),
+        ])
     }
 }
 

@@ -97,7 +97,10 @@ async fn an_unknown_email_is_settled_by_the_providers_events_and_sent_once() -> 
     // `retry`, and a silence window longer than the test: only evidence can settle the
     // intent, and without it the policy would send again.
     let (env, proxy, queue, seller) = held_answers("evidence", "retry", 3600).await?;
-    let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &[])?;
+    // As production runs it: the runtime role, with only the privileges it is granted.
+    let rt = env.as_runtime_role().await?;
+    let rt: Vec<(&str, &str)> = rt.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let _herald = env.spawn_roles("ingest,relay,deliver", "herald", &rt)?;
     seed_orders(&env, &seller, &["8301"]).await?;
     env.wait_count(
         "the e-mail intent unknown, waiting for evidence",
@@ -122,7 +125,7 @@ async fn an_unknown_email_is_settled_by_the_providers_events_and_sent_once() -> 
     };
     queue.publish(&ses_event("send", &about)?, true).await?;
     queue.publish(&ses_event("delivery", &about)?, false).await?;
-    let _reconcile = env.spawn_roles("reconcile", "reconcile", &[DIRECT_TO_MOTO])?;
+    let _reconcile = env.spawn_roles("reconcile", "reconcile", &[&rt[..], &[DIRECT_TO_MOTO]].concat())?;
     env.wait_count(
         "the intent accepted",
         "SELECT count(*) FROM notification_intents WHERE channel = 'email' AND state = 'accepted'",
@@ -452,7 +455,9 @@ async fn with_no_event_the_retry_policy_sends_again_after_the_silence_window() -
 async fn a_permanent_bounce_suppresses_the_address_until_an_operator_lifts_it() -> Result<()> {
     let queue = EventQueue::create("bounce").await?;
     let env = TestEnv::new("bounce", &queue.config(600)).await?;
-    let _herald = env.spawn_roles("ingest,relay,deliver,reconcile", "herald", &[])?;
+    let rt = env.as_runtime_role().await?;
+    let rt: Vec<(&str, &str)> = rt.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let _herald = env.spawn_roles("ingest,relay,deliver,reconcile", "herald", &rt)?;
     let seller = UniqueSeller::new();
     seed_orders(&env, &seller, &["8331"]).await?;
     env.wait_count(
@@ -556,7 +561,9 @@ async fn sms_delivery_status_from_cloudwatch_logs_is_stored_with_the_accepted_at
     let logs = SmsStatusLogs::create("sms").await?;
     // No event queue: the role reads the SMS delivery status alone.
     let env = TestEnv::new("smsstatus", &format!("[reconcile]\n{}", logs.config())).await?;
-    let _herald = env.spawn_roles("ingest,relay,deliver,reconcile", "herald", &[])?;
+    let rt = env.as_runtime_role().await?;
+    let rt: Vec<(&str, &str)> = rt.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let _herald = env.spawn_roles("ingest,relay,deliver,reconcile", "herald", &rt)?;
     let seller = UniqueSeller::new();
     seed_orders(&env, &seller, &["8341", "8342"]).await?;
     env.wait_count(
