@@ -14,12 +14,14 @@ HERALD       := target/debug/herald
 LOCAL_CONFIG := config/local.toml
 LOCAL        := deploy/local
 TOOL         := $(LOCAL)/tool.sh
+# Where the local stack and the tools live (deploy/local/lib.sh reads the same variable).
+LOCAL_DIR    := $(or $(HERALD_LOCAL_DIR),.local)
 # The local stack's components that `stack-up` starts; `make run` needs no toxiproxy (the
 # tests' network faults; the demo uses it once, to make one e-mail `unknown`). Zipkin is the
 # trace UI: Jaeger's collector feeds it through Kafka.
 STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka zipkin
 
-.PHONY: help deps build lint fmt-check clippy rules units deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
+.PHONY: help deps build lint fmt-check clippy rules units deploy-lint image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate
 
 help:
@@ -28,6 +30,9 @@ help:
 	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL, moto, toxiproxy, Jaeger and Zipkin"
 	@echo "make run           herald run (ingest, relay, deliver) on the local stack (foreground)"
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
+	@echo "make units         systemd-analyze verify deploy/systemd/herald@.service (part of make test)"
+	@echo "make deploy-lint   hadolint on the Dockerfile, shellcheck on deploy/local (part of make test)"
+	@echo "make image         build the container image with buildah (no registry) and run it against the stack"
 	@echo "make deny          cargo deny: licenses, bans and sources (part of make test)"
 	@echo "make audit         cargo deny: known vulnerabilities (needs the network)"
 	@echo "make chaos         the reliability scenarios, long version (short one: part of make test)"
@@ -100,7 +105,20 @@ units: build
 	  out="$$(cd "$$dir" && systemd-analyze verify "$$dir/herald@ingest\x2crelay\x2cdeliver.service" 2>&1)"; rc=$$?; \
 	  if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd-analyze verify failed (rc $$rc)"; exit 1; fi
 
-test: fmt-check clippy rules units deny test-all chaos-short
+# The Dockerfile (hadolint) and the local stack's scripts (shellcheck, warnings and errors).
+deploy-lint:
+	@$(TOOL) hadolint shellcheck
+	@echo "check: hadolint Dockerfile, shellcheck deploy/local/*.sh"
+	@$(LOCAL_DIR)/hadolint-venv/bin/hadolint Dockerfile
+	@shellcheck -x -S warning deploy/local/*.sh
+
+# The Dockerfile's image built without a registry (buildah FROM scratch), then run from its
+# root filesystem against the local stack until /readyz answers (deploy/local/image.sh).
+# A release build: several minutes the first time; not part of make test.
+image: stack-up
+	@$(LOCAL)/image.sh
+
+test: fmt-check clippy rules units deploy-lint deny test-all chaos-short
 
 # The reliability scenarios (integration-tests/src/chaos): faults injected into the real
 # stack and several herald processes, then the invariants checked. They stop and start the

