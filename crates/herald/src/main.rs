@@ -94,6 +94,9 @@ enum Command {
     },
     /// Run the daemon with the given roles until SIGTERM or SIGINT.
     Run(commands::run::RunArgs),
+    /// Load and validate the configuration (file and HERALD_* environment), touching no
+    /// database, broker or provider: exit 0, or 2 with the error naming the key.
+    CheckConfig,
 }
 
 fn main() -> ExitCode {
@@ -147,6 +150,10 @@ fn main() -> ExitCode {
             Command::Retention { command } => commands::retention::run(&config, command).await,
             Command::Suppression { command } => commands::suppression::run(&config, command).await,
             Command::Run(args) => commands::run::run(config, args, obs, scrape).await,
+            Command::CheckConfig => {
+                println!("configuration valid: {}", path.display());
+                Ok(())
+            }
         }
     });
     // Tasks still running (a role's helpers) are dropped here; then buffered spans and

@@ -1,0 +1,57 @@
+{{- define "herald.name" -}}herald{{- end -}}
+
+{{- define "herald.fullname" -}}
+{{- if contains "herald" .Release.Name -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}{{- else -}}{{ printf "%s-herald" .Release.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "herald.labels" -}}
+app.kubernetes.io/name: herald
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "herald.selector" -}}
+app.kubernetes.io/name: herald
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "herald.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+
+{{- define "herald.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}{{ default (include "herald.fullname" .) .Values.serviceAccount.name }}{{- else -}}{{ default "default" .Values.serviceAccount.name }}{{- end -}}
+{{- end -}}
+
+{{/* herald.toml: the values' config with the secret files' paths set. */}}
+{{- define "herald.config" -}}
+{{- $cfg := deepCopy .Values.config -}}
+{{- $db := default (dict) $cfg.database -}}
+{{- $_ := set $db "password_file" "/var/run/secrets/herald/database/password" -}}
+{{- $_ := set $db "owner_password_file" "/var/run/secrets/herald/database-owner/password" -}}
+{{- $_ := set $cfg "database" $db -}}
+{{- $admin := default (dict) $cfg.admin -}}
+{{- $_ := set $admin "token_file" "/var/run/secrets/herald/admin/token" -}}
+{{- $_ := set $cfg "admin" $admin -}}
+{{- if .Values.secrets.httpIngestToken.name -}}
+{{- $hi := default (dict) $cfg.http_ingest -}}
+{{- $_ := set $hi "token_file" "/var/run/secrets/herald/http-ingest/token" -}}
+{{- $_ := set $cfg "http_ingest" $hi -}}
+{{- end -}}
+{{- $kafka := default (dict) $cfg.kafka -}}
+{{- $parts := default (dict) $kafka.partitions -}}
+{{- $_ := set $parts "order_events" (index .Values.partitions "order-events") -}}
+{{- $_ := set $parts "deliveries" (index .Values.partitions "herald.deliveries") -}}
+{{- $_ := set $kafka "partitions" $parts -}}
+{{- $_ := set $cfg "kafka" $kafka -}}
+{{- /* YAML numbers reach templates as floats, and toToml writes 16 as 16.0, which
+     Herald's integer settings refuse: whole numbers are written as integers. */ -}}
+{{- regexReplaceAll "(?m)= (-?[0-9]+)\\.0$" (toToml $cfg) "= ${1}" -}}
+{{- end -}}
+
+{{- define "herald.podSecurity" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
