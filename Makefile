@@ -95,15 +95,18 @@ audit:
 	@echo "audit: cargo deny check advisories (fetches the RustSec database)"
 	@$(CARGO) deny check advisories
 
-# The systemd unit (deploy/systemd/herald@.service) passes `systemd-analyze verify` for a
-# role-group instance, with ExecStart pointed at the binary just built (verify checks that
-# it exists); any warning fails the check too.
+# The systemd units (deploy/systemd: herald@.service for a role-group instance, the
+# retention service and timer) pass `systemd-analyze verify`, with ExecStart pointed at the
+# binary just built (verify checks that it exists); any warning fails the check too.
 units: build
 	@$(TOOL) systemd-analyze
-	@echo "check: systemd-analyze verify deploy/systemd/herald@.service"
+	@echo "check: systemd-analyze verify deploy/systemd (herald@, herald-retention service and timer)"
 	@dir="$$(mktemp -d)"; trap 'rm -rf "$$dir"' EXIT; \
-	  sed 's#^ExecStart=/usr/local/bin/herald #ExecStart=$(CURDIR)/$(HERALD) #' deploy/systemd/herald@.service >"$$dir/herald@.service"; \
-	  out="$$(cd "$$dir" && systemd-analyze verify "$$dir/herald@ingest\x2crelay\x2cdeliver.service" 2>&1)"; rc=$$?; \
+	  for u in deploy/systemd/*; do \
+	    sed 's#^ExecStart=/usr/local/bin/herald #ExecStart=$(CURDIR)/$(HERALD) #' "$$u" >"$$dir/$${u##*/}"; \
+	  done; \
+	  out="$$(cd "$$dir" && systemd-analyze verify "$$dir/herald@ingest\x2crelay\x2cdeliver.service" \
+	    "$$dir/herald-retention.service" "$$dir/herald-retention.timer" 2>&1)"; rc=$$?; \
 	  if [ $$rc -ne 0 ] || [ -n "$$out" ]; then echo "$$out"; echo "systemd-analyze verify failed (rc $$rc)"; exit 1; fi
 
 # The Dockerfile (hadolint) and the local stack's scripts (shellcheck, warnings and errors).

@@ -111,6 +111,7 @@ def main():
                                env={"PATH": os.environ.get("PATH", "")})
             check(r.returncode == 0, f"{cm['metadata']['name']}: herald refuses it: {r.stderr.strip()}")
         check("migrate_on_start = false" in toml, f"{cm['metadata']['name']}: migrate_on_start is not false")
+        check("interval_secs = 0" in toml, f"{cm['metadata']['name']}: the role groups would run retention")
         check("password =" not in toml and "token =" not in toml, f"{cm['metadata']['name']}: a secret in the config")
 
     # The migration Job: a pre-install/pre-upgrade hook with the owner's password.
@@ -121,6 +122,13 @@ def main():
         check({"pre-install", "pre-upgrade"} <= set(hooks.split(",")), "the Job is not a pre-install/pre-upgrade hook")
         c = j["spec"]["template"]["spec"]["containers"][0]
         check(c["args"][-1] == "migrate", "the Job does not run herald migrate")
+
+    # Retention runs as a CronJob with the owner's password (the pods have none).
+    crons = by_kind.get("CronJob", [])
+    check(len(crons) == 1, "one retention CronJob")
+    for cj in crons:
+        c = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+        check(c["args"][-2:] == ["retention", "run"], "the CronJob does not run herald retention run")
 
     kinds = ", ".join(f"{len(v)} {k}" for k, v in sorted(by_kind.items()))
     if failures:

@@ -27,6 +27,9 @@ bin="$HERALD_ROOT/target/release/herald"
 
 ctr="$("${BUILDAH[@]}" from scratch)"
 cleanup() {
+  if [ -n "${pid:-}" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
   for c in "$ctr" "${run_ctr:-}"; do
     if [ -n "$c" ]; then "${BUILDAH[@]}" rm "$c" >/dev/null 2>&1 || true; fi
   done
@@ -52,9 +55,12 @@ printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"
 "${BUILDAH[@]}" config --user 65532:65532 --entrypoint '["/usr/local/bin/herald"]' \
   --cmd '--config /etc/herald/herald.toml run --roles ingest,relay,deliver' \
   --port 9464 --port 9465 --port 9466 --label org.opencontainers.image.title=herald "$ctr"
+previous="$("${BUILDAH[@]}" images --quiet "$IMAGE" 2>/dev/null | head -n1 || true)"
 "${BUILDAH[@]}" commit --quiet "$ctr" "$IMAGE" >/dev/null
-# The previous build's image, untagged now.
-"${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
+# The previous build of this image, untagged now (and nothing else).
+if [ -n "$previous" ] && [ "$previous" != "$("${BUILDAH[@]}" images --quiet "$IMAGE" | head -n1)" ]; then
+  "${BUILDAH[@]}" rmi "$previous" >/dev/null 2>&1 || true
+fi
 size="$("${BUILDAH[@]}" images --format '{{.Size}}' "$IMAGE" | head -n1)"
 say "built $IMAGE ($size; binary $(du -h "$bin" | cut -f1) before strip)"
 
@@ -86,6 +92,9 @@ PY
   sleep 1
 done
 kill -TERM "$pid" 2>/dev/null || true
+# Draining takes seconds; past 60 it is a failure (and the cleanup kills it).
+for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+kill -0 "$pid" 2>/dev/null && { tail_log "$log"; die "herald from the image still running 60 s after SIGTERM"; }
 rc=0; wait "$pid" || rc=$?
 [ -n "$ready" ] || { tail_log "$log"; die "herald from the image never answered /readyz 200"; }
 [ "$rc" -eq 0 ] || { tail_log "$log"; die "herald from the image exited $rc after SIGTERM"; }

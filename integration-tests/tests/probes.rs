@@ -28,12 +28,14 @@ async fn probes_answer_from_the_background_and_lists_are_bounded() -> Result<()>
         Ok((status == 200).then_some(r))
     })
     .await?;
-    let (status, second) = request(&probes, "GET", "/readyz", None).await?;
+    // Two probes in a row may straddle a refresh (every 5 s): then the next two may not.
+    let (_, second) = request(&probes, "GET", "/readyz", None).await?;
+    let (status, third) = request(&probes, "GET", "/readyz", None).await?;
     assert_eq!(status, 200);
     assert!(first["checked_at"].is_string(), "{first}");
-    assert_eq!(
-        first["checked_at"], second["checked_at"],
-        "one background check, two probes"
+    assert!(
+        first["checked_at"] == second["checked_at"] || second["checked_at"] == third["checked_at"],
+        "one background check answers several probes: {first} {second} {third}"
     );
     let (status, _) = request(&probes, "GET", "/healthz", None).await?;
     assert_eq!(status, 200);

@@ -97,6 +97,10 @@ async fn the_runtime_role_writes_rows_but_cannot_change_the_schema() -> Result<(
         .get(0);
     assert_eq!(rows, 6);
     runtime.query_one("SELECT count(*) FROM templates", &[]).await?;
+    // What the database gauges read (the default-partition alert's input).
+    runtime
+        .query_one("SELECT count(*) FROM ONLY notification_attempts_default", &[])
+        .await?;
     for ddl in [
         "CREATE TABLE herald_intruder (x int)",
         "ALTER TABLE notification_intents ADD COLUMN intruder int",

@@ -94,6 +94,9 @@ pub const RUNTIME_PRIVILEGES: &[(&str, &str)] = &[
     ("http_requests", "SELECT, INSERT, UPDATE, DELETE"),
     ("http_request_mismatches", "SELECT, INSERT"),
     ("herald_schema_history", "SELECT"),
+    // A partition: the database gauges count what lands here (`FROM ONLY`), an alert's
+    // input. The monthly partitions are reached through their parent only.
+    ("notification_attempts_default", "SELECT"),
 ];
 
 /// Grants `role` [`RUNTIME_PRIVILEGES`] and nothing more, in one transaction (a running
@@ -102,21 +105,33 @@ pub const RUNTIME_PRIVILEGES: &[(&str, &str)] = &[
 /// migration. No CREATE on the schema, no TRUNCATE, no ownership: DDL fails. A table of
 /// the schema the list does not name fails the grant: every new table needs a decision.
 async fn grant_runtime(client: &mut tokio_postgres::Client, role: &str) -> Result<()> {
-    let schema: String = client.query_one("SELECT current_schema()", &[]).await?.get(0);
-    let tables: Vec<String> = client
+    let row = client
+        .query_one("SELECT current_schema(), current_user", &[])
+        .await?;
+    let (schema, owner): (String, String) = (row.get(0), row.get(1));
+    if owner == role {
+        // REVOKE ALL would take the owner's own rights on its tables away.
+        return Err(crate::StoreError::Config(format!(
+            "database.runtime_role {role:?} is the role migrating (database.owner_url's user): \
+             the runtime role must be another"
+        )));
+    }
+    // Every table and partition of the schema, with whether it is a partition.
+    let tables: Vec<(String, bool)> = client
         .query(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+            "SELECT c.relname, c.relispartition FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
               ORDER BY 1",
             &[],
         )
         .await?
         .into_iter()
-        .map(|r| r.get(0))
+        .map(|r| (r.get(0), r.get(1)))
         .collect();
     let unlisted: Vec<&String> = tables
         .iter()
-        .filter(|t| !RUNTIME_PRIVILEGES.iter().any(|(name, _)| name == t))
+        .filter(|(t, partition)| !partition && !RUNTIME_PRIVILEGES.iter().any(|(name, _)| name == t))
+        .map(|(t, _)| t)
         .collect();
     if !unlisted.is_empty() {
         return Err(crate::StoreError::Config(format!(
@@ -130,7 +145,7 @@ async fn grant_runtime(client: &mut tokio_postgres::Client, role: &str) -> Resul
          GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role};"
     );
     for (table, privileges) in RUNTIME_PRIVILEGES {
-        if tables.iter().any(|t| t == table) {
+        if tables.iter().any(|(t, _)| t == table) {
             sql.push_str(&format!(
                 "GRANT {privileges} ON {schema}.{} TO {role};",
                 quote_ident(table)

@@ -40,6 +40,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $_ := set $hi "token_file" "/var/run/secrets/herald/http-ingest/token" -}}
 {{- $_ := set $cfg "http_ingest" $hi -}}
 {{- end -}}
+{{- /* Retention needs the schema owner: the CronJob runs it, never the role groups. */ -}}
+{{- $ret := default (dict) $cfg.retention -}}
+{{- $_ := set $ret "interval_secs" 0 -}}
+{{- $_ := set $cfg "retention" $ret -}}
 {{- $kafka := default (dict) $cfg.kafka -}}
 {{- $parts := default (dict) $kafka.partitions -}}
 {{- $_ := set $parts "order_events" (index .Values.partitions "order-events") -}}
@@ -54,4 +58,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "herald.podSecurity" -}}
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/* The probe listener's port (config.admin.probe_listen, required: the probes use it). */}}
+{{- define "herald.probePort" -}}
+{{- $listen := required "config.admin.probe_listen must be set: the probes and the ServiceMonitor use it" .Values.config.admin.probe_listen -}}
+{{- splitList ":" $listen | last | int -}}
 {{- end -}}
