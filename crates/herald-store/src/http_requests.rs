@@ -165,13 +165,7 @@ impl IngestTx<'_> {
             )
             .await?;
         rows.into_iter()
-            .map(|r| {
-                let state: &str = r.get(1);
-                let state = state
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("notification_intents.state: {e}")))?;
-                Ok((r.get(0), state))
-            })
+            .map(|r| Ok((r.get(0), crate::intent_state(r.get(1))?)))
             .collect()
     }
 }

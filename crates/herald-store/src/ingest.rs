@@ -368,13 +368,7 @@ impl<'a> IngestTx<'a> {
             )
             .await?;
         rows.iter()
-            .map(|r| {
-                let state: &str = r.get(1);
-                let state = state
-                    .parse()
-                    .map_err(|e| crate::StoreError::Corrupt(format!("notification_intents.state: {e}")))?;
-                Ok((r.get(0), state))
-            })
+            .map(|r| Ok((r.get(0), crate::intent_state(r.get(1))?)))
             .collect()
     }
 

@@ -89,6 +89,12 @@ pub(crate) fn intent_channel(text: &str) -> Result<herald_core::Channel> {
         .map_err(|e| StoreError::Corrupt(format!("notification_intents.channel: {e}")))
 }
 
+/// An intent's stored state (`notification_intents.state`, CHECKed in the schema).
+pub(crate) fn intent_state(text: &str) -> Result<herald_core::IntentState> {
+    text.parse()
+        .map_err(|e| StoreError::Corrupt(format!("notification_intents.state: {e}")))
+}
+
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
