@@ -21,8 +21,8 @@ LOCAL_DIR    := $(or $(HERALD_LOCAL_DIR),.local)
 # trace UI: Jaeger's collector feeds it through Kafka.
 STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka zipkin
 
-.PHONY: help deps build lint fmt-check clippy rules units deploy-lint chart image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
-        stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate
+.PHONY: help deps build lint fmt-check clippy rules units deploy-lint collector chart image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
+        stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate telemetry-volume
 
 help:
 	@echo "make demo          bring the local stack up and run Herald on sample orders"
@@ -33,6 +33,7 @@ help:
 	@echo "make units         systemd-analyze verify deploy/systemd/herald@.service (part of make test)"
 	@echo "make deploy-lint   hadolint on the Dockerfile, shellcheck on deploy/local (part of make test)"
 	@echo "make chart         helm lint, helm template and validation of deploy/helm/herald (part of make test)"
+	@echo "make collector     validate and start deploy/otel-collector/config.yaml (part of make test)"
 	@echo "make image         build the container image with buildah (no registry) and run it against the stack"
 	@echo "make deny          cargo deny: licenses, bans and sources (part of make test)"
 	@echo "make audit         cargo deny: known vulnerabilities (needs the network)"
@@ -42,6 +43,7 @@ help:
 	@echo "make bench-quick   one size of each measurement"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
 	@echo "make ingest-memory peak RSS of ingest on large dead-lettered events (MESSAGES=300 MESSAGE_BYTES=1040247)"
+	@echo "make telemetry-volume  log and trace volume per million notifications, before and after sampling"
 	@echo "make delivery-rate measure the delivery rate (ORDERS=1000 IN_FLIGHT=64 LATENCY_MS=50 PROVIDER=standin|moto)"
 
 deps:
@@ -116,6 +118,12 @@ deploy-lint:
 	@$(LOCAL_DIR)/hadolint-venv/bin/hadolint Dockerfile
 	@shellcheck -x -S warning deploy/local/*.sh
 
+# deploy/otel-collector/config.yaml (tail sampling for production volume) validated by the
+# collector itself and started once on loopback ports (deploy/local/otel-collector.sh).
+collector:
+	@echo "check: the OpenTelemetry Collector configuration (validate, then start)"
+	@$(LOCAL)/otel-collector.sh check
+
 # The Dockerfile's image built without a registry (buildah FROM scratch), then run from its
 # root filesystem against the local stack until /readyz answers (deploy/local/image.sh).
 # A release build: several minutes the first time; not part of make test.
@@ -143,7 +151,7 @@ chart: build
 	  $(LOCAL_DIR)/kubernetes-validate-venv/bin/kubernetes-validate --strict --quiet -k 1.33.0 "$$out/core.yaml"; \
 	done
 
-test: fmt-check clippy rules units deploy-lint chart deny test-all chaos-short
+test: fmt-check clippy rules units deploy-lint collector chart deny test-all chaos-short
 
 # The reliability scenarios (integration-tests/src/chaos): faults injected into the real
 # stack and several herald processes, then the invariants checked. They stop and start the
@@ -208,6 +216,17 @@ LATENCY_MS ?= 50
 PROVIDER   ?= standin
 delivery-rate: build stack-up
 	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-delivery-rate $(ORDERS) $(IN_FLIGHT) $(LATENCY_MS) $(PROVIDER)
+
+# Log and trace volume per million notifications, before and after sampling: VOLUME_ORDERS orders
+# of a production-like mix, LOG_RATIO = log.routine_sampling_ratio, ROUTINE_PERCENT = the
+# collector's share of routine traces (deploy/otel-collector/config.yaml). About 10 min for
+# 5000 orders; bench/results/telemetry-volume.json.
+VOLUME_ORDERS   ?= 5000
+LOG_RATIO       ?= 0.01
+ROUTINE_PERCENT ?= 10
+telemetry-volume: build stack-up
+	@$(LOCAL)/jaeger.sh install >/dev/null
+	@HERALD_BIN=$(CURDIR)/$(HERALD) target/debug/herald-telemetry-volume $(VOLUME_ORDERS) $(LOG_RATIO) $(ROUTINE_PERCENT)
 
 # Benchmarks: release builds (no failpoints) of herald and the bench driver, on the local
 # stack; results and charts under bench/results/. bench-quick runs one size of each.

@@ -35,7 +35,12 @@ def main():
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
-    deployments = {d["metadata"]["name"]: d for d in by_kind.get("Deployment", [])}
+    collector_name = "herald-otel-collector"
+    all_deployments = {d["metadata"]["name"]: d for d in by_kind.get("Deployment", [])}
+    # Herald's own Deployments; the collector's (when enabled) is checked on its own below.
+    deployments = {n: d for n, d in all_deployments.items()
+                   if d["metadata"]["labels"].get("app.kubernetes.io/name") != collector_name}
+    collectors = {n: d for n, d in all_deployments.items() if n not in deployments}
     services = by_kind.get("Service", [])
     check(deployments, "no Deployment rendered")
 
@@ -80,7 +85,7 @@ def main():
             check(cm["data"]["herald-dashboard.json"].lstrip().startswith("{"), "dashboard ConfigMap is not JSON")
 
     # The running pods: probes, hardening, and no owner credentials.
-    for n, d in deployments.items():
+    for n, d in all_deployments.items():
         pod = d["spec"]["template"]["spec"]
         psc = pod.get("securityContext", {})
         check(psc.get("runAsNonRoot") is True, f"{n}: runAsNonRoot")
@@ -91,8 +96,11 @@ def main():
             check(sc.get("readOnlyRootFilesystem") is True, f"{n}: readOnlyRootFilesystem")
             check(sc.get("allowPrivilegeEscalation") is False, f"{n}: allowPrivilegeEscalation")
             check(sc.get("capabilities", {}).get("drop") == ["ALL"], f"{n}: capabilities not all dropped")
-            check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", f"{n}: liveness on /healthz")
-            check(c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{n}: readiness on /readyz")
+            if n in deployments:
+                check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", f"{n}: liveness on /healthz")
+                check(c["readinessProbe"]["httpGet"]["path"] == "/readyz", f"{n}: readiness on /readyz")
+            else:
+                check("livenessProbe" in c and "readinessProbe" in c, f"{n}: probes")
             check("memory" in c.get("resources", {}).get("limits", {}), f"{n}: no memory limit")
             for e in c.get("env", []):
                 check("value" not in e or not any(w in e["name"].upper() for w in ("PASSWORD", "TOKEN", "SECRET")),
@@ -129,6 +137,22 @@ def main():
     for cj in crons:
         c = cj["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
         check(c["args"][-2:] == ["retention", "run"], "the CronJob does not run herald retention run")
+
+    # The tail-sampling collector: one replica (a trace's spans in one place), the
+    # repository's configuration as it is, a backend, and Herald's spans sent to it.
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../otel-collector/config.yaml")) as f:
+        collector_config = f.read()
+    for n, d in collectors.items():
+        check(d["spec"].get("replicas") == 1, f"{n}: tail sampling needs one replica")
+        c = d["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        check(env.get("TRACES_BACKEND"), f"{n}: no TRACES_BACKEND")
+        cms = [cm for cm in by_kind.get("ConfigMap", []) if cm["metadata"]["name"] == n]
+        check(len(cms) == 1 and cms[0]["data"]["config.yaml"].strip() == collector_config.strip(),
+              f"{n}: its config.yaml is not deploy/otel-collector/config.yaml")
+        for cm in configs:
+            check(f'traces_endpoint = "http://{n}:4318/v1/traces"' in cm["data"]["herald.toml"],
+                  f"{cm['metadata']['name']}: Herald's spans do not go to {n}")
 
     kinds = ", ".join(f"{len(v)} {k}" for k, v in sorted(by_kind.items()))
     if failures:

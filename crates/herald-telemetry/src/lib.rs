@@ -19,7 +19,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-pub use logging::LogFormat;
+pub use logging::{routine_kept, routine_lines_sampled_out, LogFormat};
 pub use metrics::{Gauges, Metrics, PartitionKey, PartitionSample};
 pub use settings::{LogSettings, OtelSettings};
 
@@ -30,6 +30,8 @@ pub enum TelemetryError {
         level: String,
         source: tracing_subscriber::filter::ParseError,
     },
+    #[error("log.routine_sampling_ratio must be within 0.0..=1.0, got {0}")]
+    RoutineSamplingRatio(f64),
     #[error("telemetry.sampling_ratio must be within 0.0..=1.0, got {0}")]
     SamplingRatio(f64),
     #[error("OTLP {signal} exporter for {endpoint:?}: {detail}")]
@@ -59,6 +61,9 @@ impl Telemetry {
     pub fn init(log: &LogSettings, otel: &OtelSettings) -> Result<Self, TelemetryError> {
         if !(0.0..=1.0).contains(&otel.sampling_ratio) {
             return Err(TelemetryError::SamplingRatio(otel.sampling_ratio));
+        }
+        if !(0.0..=1.0).contains(&log.routine_sampling_ratio) {
+            return Err(TelemetryError::RoutineSamplingRatio(log.routine_sampling_ratio));
         }
         let resource = resource(otel);
         let tracer_provider = match otel.traces_endpoint.as_deref().filter(|e| !e.is_empty()) {
@@ -211,4 +216,27 @@ fn tracer_provider(
         .with_sampler(sampler)
         .with_resource(resource)
         .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_outside_zero_to_one_is_refused_naming_its_key() {
+        for bad in [1.5, -0.1, f64::NAN] {
+            let log = LogSettings {
+                routine_sampling_ratio: bad,
+                ..LogSettings::default()
+            };
+            let e = Telemetry::init(&log, &OtelSettings::default())
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                e.as_deref()
+                    .is_some_and(|e| e.starts_with("log.routine_sampling_ratio")),
+                "{bad}: {e:?}"
+            );
+        }
+    }
 }

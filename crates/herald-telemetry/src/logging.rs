@@ -2,10 +2,23 @@
 //! command output on stdout stays machine-readable, plus the OpenTelemetry layer when traces
 //! are exported. Destinations and bodies never reach a log field: callers log ids, channels,
 //! revisions and outcome classes only.
+//!
+//! Routine lines (an intent created to be sent, observed or suppressed by consent, a
+//! duplicate converged, a first attempt started or accepted) are marked `routine = true` at their call sites and may be sampled with
+//! `log.routine_sampling_ratio`; every other line is always written. The decision is a hash
+//! of the line's `intent_id`, the same in every process, so an intent's routine lines are
+//! all written or all left out, whichever role writes them. Sampling applies to the log
+//! output only: the same events still reach the spans exported for tracing.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use opentelemetry_sdk::trace::Tracer;
 use serde::{Deserialize, Serialize};
+use tracing::field::{Field, Visit};
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
@@ -49,8 +62,138 @@ pub(crate) fn install(log: &LogSettings, tracer: Option<Tracer>) -> Result<(), T
     });
     // A second initialisation (tests) keeps the first subscriber.
     let _ = tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
+        .with(fmt.with_filter(filter.and(RoutineSampler::new(log.routine_sampling_ratio))))
         .with(otel)
         .try_init();
     Ok(())
+}
+
+/// Routine lines left out of the log by sampling since the process started (the metric
+/// `herald_log_routine_sampled_out_total`).
+static ROUTINE_SAMPLED_OUT: AtomicU64 = AtomicU64::new(0);
+
+pub fn routine_lines_sampled_out() -> u64 {
+    ROUTINE_SAMPLED_OUT.load(Relaxed)
+}
+
+/// Whether the routine lines of `intent_id` are written at `ratio`: FNV-1a over the id's
+/// text, mixed (the ids of one moment share their leading digits), against the ratio's
+/// share of the hash space. Stable across processes and releases: changing it would split
+/// an intent's lines between two decisions during a rolling upgrade.
+pub fn routine_kept(ratio: f64, intent_id: &str) -> bool {
+    if ratio >= 1.0 {
+        return true;
+    }
+    if ratio <= 0.0 {
+        return false;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in intent_id.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    // splitmix64's finaliser.
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    // The top 53 bits as a fraction in [0, 1).
+    ((h >> 11) as f64 / (1u64 << 53) as f64) < ratio
+}
+
+/// The log output's filter for `routine = true` lines; see the module's comment.
+struct RoutineSampler {
+    ratio: f64,
+}
+
+impl RoutineSampler {
+    fn new(ratio: f64) -> Self {
+        Self { ratio }
+    }
+}
+
+impl<S> Filter<S> for RoutineSampler {
+    fn enabled(&self, _: &tracing::Metadata<'_>, _: &Context<'_, S>) -> bool {
+        true
+    }
+
+    fn event_enabled(&self, event: &tracing::Event<'_>, _: &Context<'_, S>) -> bool {
+        if self.ratio >= 1.0 || event.metadata().fields().field("routine").is_none() {
+            return true;
+        }
+        let mut fields = RoutineFields::default();
+        event.record(&mut fields);
+        // A line not marked routine, or without an intent to decide by, is always written.
+        let keep = match (fields.routine, fields.intent_id) {
+            (true, Some(id)) => routine_kept(self.ratio, &id),
+            _ => true,
+        };
+        if !keep {
+            ROUTINE_SAMPLED_OUT.fetch_add(1, Relaxed);
+        }
+        keep
+    }
+}
+
+#[derive(Default)]
+struct RoutineFields {
+    routine: bool,
+    intent_id: Option<String>,
+}
+
+impl Visit for RoutineFields {
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        if field.name() == "routine" {
+            self.routine = value;
+        }
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "intent_id" {
+            self.intent_id = Some(value.to_owned());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "intent_id" {
+            self.intent_id = Some(format!("{value:?}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: u32) -> impl Iterator<Item = String> {
+        // Ids of one moment: the same leading digits, as UUIDv7s made together have.
+        (0..n).map(|i| format!("0193a1b2-c3d4-7e5f-8a6b-{i:012x}"))
+    }
+
+    #[test]
+    fn the_ratio_keeps_its_share_of_intents() {
+        for ratio in [0.01, 0.1, 0.5] {
+            let kept = ids(100_000).filter(|id| routine_kept(ratio, id)).count() as f64;
+            let share = kept / 100_000.0;
+            assert!(
+                (share - ratio).abs() < ratio * 0.1 + 0.002,
+                "ratio {ratio}: kept {share}"
+            );
+        }
+        assert!(ids(1000).all(|id| routine_kept(1.0, &id)));
+        assert!(ids(1000).all(|id| !routine_kept(0.0, &id)));
+    }
+
+    #[test]
+    fn an_intent_gets_the_same_decision_every_time() {
+        for id in ids(1000) {
+            assert_eq!(routine_kept(0.3, &id), routine_kept(0.3, &id));
+        }
+        // Pinned: the decision must not change between releases (see routine_kept).
+        let kept: Vec<bool> = ids(8).map(|id| routine_kept(0.5, &id)).collect();
+        assert_eq!(kept, PINNED);
+    }
+
+    const PINNED: [bool; 8] = [true, true, false, true, false, false, false, true];
 }

@@ -668,6 +668,13 @@ fn partition_labels(k: &PartitionKey) -> [KeyValue; 3] {
 fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
     // Observable instruments live as long as the meter provider once built; the handles
     // returned here need not be kept.
+    meter
+        .u64_observable_counter("herald_log_routine_sampled_out")
+        .with_description(
+            "Routine log lines left out by log.routine_sampling_ratio (every other line is written)",
+        )
+        .with_callback(|o| o.observe(crate::routine_lines_sampled_out(), &[]))
+        .build();
     let g = gauges.clone();
     meter
         .i64_observable_gauge("herald_outbox_backlog")

@@ -13,6 +13,10 @@ pub struct LogSettings {
     pub format: LogFormat,
     /// An `EnvFilter` directive such as `info` or `info,herald=debug`; `RUST_LOG` wins.
     pub level: String,
+    /// Share of intents whose routine lines (`routine = true`: created to be sent, observed
+    /// or suppressed by consent, duplicate converged, first attempt started or accepted)
+    /// are written; the rest is always written. 1.0 writes every line.
+    pub routine_sampling_ratio: f64,
 }
 
 impl Default for LogSettings {
@@ -20,6 +24,7 @@ impl Default for LogSettings {
         Self {
             format: LogFormat::Json,
             level: "info".into(),
+            routine_sampling_ratio: 1.0,
         }
     }
 }

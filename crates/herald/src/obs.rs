@@ -51,7 +51,8 @@ pub fn process_span(
 }
 
 /// An HTTP server span (`POST /v1/order-events`), child of the client's `traceparent`;
-/// `http.response.status_code` is recorded once answered.
+/// `http.response.status_code` and `herald.outcome` (`created`, `replayed`,
+/// `idempotency_key_reused`, a refusal...) are recorded once answered.
 pub fn http_server_span(method: &str, route: &str, traceparent: Option<&str>) -> Span {
     let span = info_span!(
         "http",
@@ -60,6 +61,7 @@ pub fn http_server_span(method: &str, route: &str, traceparent: Option<&str>) ->
         http.request.method = method,
         http.route = route,
         http.response.status_code = tracing::field::Empty,
+        herald.outcome = tracing::field::Empty,
     );
     propagation::set_remote_parent(&span, traceparent);
     span

@@ -77,6 +77,9 @@ async fn claim_batch(ctx: &DeliveryContext, batch: Vec<Taken>, out: &mpsc::Sende
                     attempt_no = claim.attempt_no, channel = claim.channel.as_str(),
                     template_revision = %claim.template_revision, outcome = "started",
                     after_unknown = claim.after_unknown, reclaimed = claim.reclaimed,
+                    // Sampled by log.routine_sampling_ratio: a first try; a retry, a claim
+                    // after an unknown outcome or one found again is always logged.
+                    routine = claim.attempt_no == 1 && !claim.after_unknown && !claim.reclaimed,
                     trace_id = claim.trace_context.as_deref().and_then(herald_telemetry::propagation::trace_id),
                     "attempt started");
                 taken.permits.claimed_as(claim.channel);

@@ -144,6 +144,7 @@ async fn post_order_event(State(s): Shared, request: Request) -> Response {
     };
     if let Some(span) = &span {
         span.record("http.response.status_code", answer.status.as_u16());
+        span.record("herald.outcome", answer.outcome);
     }
     s.ctx.obs.metrics.http_ingest_request(answer.outcome);
     answer.into_response()

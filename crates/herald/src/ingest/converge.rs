@@ -239,14 +239,21 @@ fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats
                 IntentState::AwaitingProfile => ("undecided", "undecided"),
                 _ => (intent.payload.consent.as_str(), revision),
             };
+            // Routine (sampled by log.routine_sampling_ratio): an intent to be sent, observed,
+            // or suppressed by the seller's consent (every order of an opted-out seller is);
+            // a held intent (no profile yet) is always logged.
+            let routine = matches!(
+                state,
+                IntentState::Pending | IntentState::Observed | IntentState::Suppressed
+            );
             info!(intent_id = %intent_id, channel, template_revision = revision, state = state.as_str(),
-                  consent, trace_id, "intent created");
+                  consent, trace_id, routine, "intent created");
         }
         Convergence::Duplicate { intent_id } => {
             s.duplicates.fetch_add(1, Relaxed);
             s.metrics.duplicate_converged(kind, channel);
             info!(intent_id = %intent_id, channel, template_revision = revision, event_id = %intent.event_id,
-                  trace_id, "intent reused: duplicate converged on existing intent");
+                  trace_id, routine = true, "intent reused: duplicate converged on existing intent");
         }
         Convergence::Conflict {
             intent_id,

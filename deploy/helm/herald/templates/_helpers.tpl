@@ -17,6 +17,19 @@ app.kubernetes.io/name: herald
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The collector's pods: not herald's selector, so that Herald's Services never pick them. */}}
+{{- define "herald.collectorSelector" -}}
+app.kubernetes.io/name: herald-otel-collector
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "herald.collectorLabels" -}}
+{{ include "herald.collectorSelector" . }}
+app.kubernetes.io/part-of: herald
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
 {{- define "herald.image" -}}
 {{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
 {{- end -}}
@@ -39,6 +52,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $hi := default (dict) $cfg.http_ingest -}}
 {{- $_ := set $hi "token_file" "/var/run/secrets/herald/http-ingest/token" -}}
 {{- $_ := set $cfg "http_ingest" $hi -}}
+{{- end -}}
+{{- /* Spans go to the collector beside Herald when it is deployed, unless set. */ -}}
+{{- if .Values.otelCollector.enabled -}}
+{{- $tel := default (dict) $cfg.telemetry -}}
+{{- if not $tel.traces_endpoint -}}
+{{- $_ := set $tel "traces_endpoint" (printf "http://%s-otel-collector:4318/v1/traces" (include "herald.fullname" .)) -}}
+{{- end -}}
+{{- $_ := set $cfg "telemetry" $tel -}}
 {{- end -}}
 {{- /* Retention needs the schema owner: the CronJob runs it, never the role groups. */ -}}
 {{- $ret := default (dict) $cfg.retention -}}

@@ -1,0 +1,184 @@
+//! Tail sampling at production volume: Herald's spans through the repository's collector
+//! configuration (`deploy/otel-collector/config.yaml`, run by the collector binary) to a
+//! backend that records what it receives. Every trace with a rare outcome (a conflict, a
+//! rejected attempt) reaches the backend whole; routine traces reach it at the configured
+//! share, whole or not at all.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use integration_tests::mixed::{produce_mix, wait_settled, Mix, UNVERIFIED_SENDER};
+use integration_tests::otlp::{Collector, CollectorSettings, OtlpSink, SpanSeen};
+use integration_tests::TestEnv;
+
+const WAIT: Duration = Duration::from_secs(90);
+const DECISION_WAIT: Duration = Duration::from_secs(4);
+const ROUTINE_PERCENT: f64 = 30.0;
+const MIX: Mix = Mix {
+    orders: 60,
+    rejected: 4,
+    duplicate_every: 10,
+    conflict_every: 30,
+};
+
+fn names(spans: &[SpanSeen]) -> BTreeMap<&str, usize> {
+    let mut n = BTreeMap::new();
+    for s in spans {
+        *n.entry(s.name.as_str()).or_default() += 1;
+    }
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rare_traces_are_all_kept_whole_and_routine_ones_at_the_ratio() -> Result<()> {
+    let backend = OtlpSink::start().await?;
+    let logs = integration_tests::workspace_root().join("target/it");
+    std::fs::create_dir_all(&logs)?;
+    let collector = Collector::start(
+        CollectorSettings {
+            backend: &format!("http://{}", backend.addr),
+            routine_percent: ROUTINE_PERCENT,
+            decision_wait: DECISION_WAIT,
+        },
+        logs.join(format!("collector-{}.log", uuid::Uuid::new_v4().simple())),
+    )
+    .await?;
+    let env = TestEnv::new(
+        "tracesampling",
+        &format!(
+            "[telemetry]\ntraces_endpoint = \"{}\"\n",
+            collector.traces_endpoint()
+        ),
+    )
+    .await?;
+    let mut herald = env.spawn_roles("ingest,relay,deliver", "herald", &[UNVERIFIED_SENDER])?;
+    produce_mix(&env, MIX).await?;
+    wait_settled(&env, MIX, WAIT).await?;
+    // Herald exports in batches; the collector decides DECISION_WAIT after a trace's first
+    // span. Herald stopped by SIGTERM flushes its exporter; then the backend has all once
+    // nothing has come for longer than a decision.
+    let status = herald.terminate(WAIT).await?;
+    assert!(status.success(), "herald stopped cleanly: {status}");
+    let received = backend
+        .settled(DECISION_WAIT + Duration::from_secs(4), WAIT)
+        .await?;
+
+    let orders_topic = env.topic("order-events");
+    let deliveries_topic = env.topic("herald.deliveries");
+    let process_orders = format!("process {orders_topic}");
+    let send_deliveries = format!("send {deliveries_topic}");
+    let process_deliveries = format!("process {deliveries_topic}");
+    // Each order's first event starts the trace its intents carry.
+    let rows = env
+        .db
+        .query(
+            "SELECT split_part(trace_context, '-', 2), state, channel FROM notification_intents",
+            &[],
+        )
+        .await?;
+    let mut by_trace: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for r in &rows {
+        by_trace
+            .entry(r.get(0))
+            .or_default()
+            .push((r.get::<_, String>(1), r.get::<_, String>(2)));
+    }
+    assert_eq!(by_trace.len(), MIX.orders + MIX.rejected, "one trace per order");
+
+    // What a whole order trace holds: the ingest span, both intents' spans, and for each
+    // intent sent (accepted or rejected) its relay, delivery, attempt and provider spans.
+    let whole = |trace: &str, intents: &[(String, String)]| -> Result<()> {
+        let spans = received.traces.get(trace).context("trace not received")?;
+        let n = names(spans);
+        let sent: Vec<&(String, String)> = intents.iter().filter(|(s, _)| s != "suppressed").collect();
+        let expect = |name: &str, count: usize| -> Result<()> {
+            anyhow::ensure!(
+                n.get(name).copied().unwrap_or(0) == count,
+                "trace {trace}: {count} {name:?} span(s) expected, got {n:?}"
+            );
+            Ok(())
+        };
+        expect(&process_orders, 1)?;
+        expect("intent created", 2)?;
+        expect(&send_deliveries, sent.len())?;
+        expect(&process_deliveries, sent.len())?;
+        expect("attempt", sent.len())?;
+        expect("SES SendEmail", sent.iter().filter(|(_, c)| c == "email").count())?;
+        expect("SNS Publish", sent.iter().filter(|(_, c)| c == "sms").count())?;
+        Ok(())
+    };
+
+    // Rare: every rejected intent's trace, whole, with the rejection on its attempt span.
+    let mut rare = BTreeSet::new();
+    for (trace, intents) in &by_trace {
+        if intents.iter().any(|(s, _)| s == "rejected") {
+            whole(trace, intents).with_context(|| format!("rejected order's trace {trace}"))?;
+            let spans = &received.traces[trace];
+            assert!(
+                spans.iter().any(|s| s.name == "attempt"
+                    && s.attributes.get("herald.outcome").map(String::as_str) == Some("rejected")),
+                "the rejected attempt's span says so"
+            );
+            rare.insert(trace.clone());
+        }
+    }
+    assert_eq!(rare.len(), MIX.rejected, "every rejected order's trace kept");
+    // Rare: every conflict's trace (its own event's trace, which has no intent of its own).
+    let conflict_traces: Vec<&Vec<SpanSeen>> = received
+        .traces
+        .values()
+        .filter(|spans| spans.iter().any(|s| s.name == "intent conflict"))
+        .collect();
+    assert_eq!(
+        conflict_traces.len(),
+        MIX.conflicts() / 2,
+        "every conflicting event's trace kept"
+    );
+    for spans in conflict_traces {
+        let n = names(spans);
+        assert_eq!(
+            n.get("intent conflict"),
+            Some(&2),
+            "both channels' conflicts: {n:?}"
+        );
+        assert_eq!(
+            n.get(process_orders.as_str()),
+            Some(&1),
+            "with the event's ingest span: {n:?}"
+        );
+        assert!(spans.iter().filter(|s| s.name == "intent conflict").all(|s| s
+            .attributes
+            .get("herald.outcome")
+            .map(String::as_str)
+            == Some("conflict")));
+    }
+
+    // Routine: the rest, at the share, each one whole or absent.
+    let routine: Vec<(&String, &Vec<(String, String)>)> =
+        by_trace.iter().filter(|(t, _)| !rare.contains(*t)).collect();
+    let mut kept = 0;
+    for (trace, intents) in &routine {
+        if received.traces.contains_key(*trace) {
+            whole(trace, intents).with_context(|| format!("routine trace {trace}, kept"))?;
+            kept += 1;
+        }
+    }
+    println!(
+        "{kept} of {} routine order traces kept at {ROUTINE_PERCENT}%; {} rare ones; {} traces, {} spans received",
+        routine.len(),
+        rare.len(),
+        received.traces.len(),
+        received.spans
+    );
+    // 60 routine traces at 30%: 18 expected; none or all would be a broken policy (the
+    // chance of either by luck is below 1e-9).
+    assert!(
+        kept > 0 && kept < routine.len(),
+        "{kept} of {} routine order traces kept at {ROUTINE_PERCENT}%",
+        routine.len()
+    );
+    drop(collector);
+    env.cleanup().await;
+    Ok(())
+}
