@@ -1,13 +1,14 @@
 //! Tail sampling at production volume: Herald's spans through the repository's collector
 //! configuration (`deploy/otel-collector/config.yaml`, run by the collector binary) to a
 //! backend that records what it receives. Every trace with a rare outcome (a conflict, a
-//! rejected attempt) reaches the backend whole; routine traces reach it at the configured
-//! share, whole or not at all.
+//! rejected attempt, an HTTP request refused for reusing its Idempotency-Key) reaches the
+//! backend whole; routine traces reach it at the configured share, whole or not at all.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use integration_tests::http::exchange;
 use integration_tests::mixed::{produce_mix, wait_settled, Mix, UNVERIFIED_SENDER};
 use integration_tests::otlp::{Collector, CollectorSettings, OtlpSink, SpanSeen};
 use integration_tests::TestEnv;
@@ -21,6 +22,36 @@ const MIX: Mix = Mix {
     duplicate_every: 10,
     conflict_every: 30,
 };
+
+const TOKEN: &str = "it-sampling-token";
+
+fn new_trace_id() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+/// `POST /v1/order-events` of order `http-1` under one Idempotency-Key, traced as `trace`.
+async fn post_order(addr: &str, trace: &str, total: &str) -> Result<integration_tests::http::Answer> {
+    let body = serde_json::json!({
+        "event_id": "evt-http-1", "event_kind": "order.created", "marketplace_id": "acme",
+        "order_id": "http-1", "seller_id": "seller-1", "occurred_at": "2026-09-21T10:00:00Z",
+        "order": {"total": total, "currency": "EUR", "item_count": 3}, "channel": "email",
+    });
+    let auth = format!("Bearer {TOKEN}");
+    let traceparent = format!("00-{trace}-{}-01", &trace[..16]);
+    exchange(
+        addr,
+        "POST",
+        "/v1/order-events",
+        &[
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+            ("Idempotency-Key", "sampling-key-1"),
+            ("traceparent", traceparent.as_str()),
+        ],
+        body.to_string().as_bytes(),
+    )
+    .await
+}
 
 fn names(spans: &[SpanSeen]) -> BTreeMap<&str, usize> {
     let mut n = BTreeMap::new();
@@ -47,7 +78,8 @@ async fn rare_traces_are_all_kept_whole_and_routine_ones_at_the_ratio() -> Resul
     let env = TestEnv::new(
         "tracesampling",
         &format!(
-            "[telemetry]\ntraces_endpoint = \"{}\"\n",
+            "[telemetry]\ntraces_endpoint = \"{}\"\n\n[http_ingest]\nlisten = \"127.0.0.1:0\"\n\
+             token = \"{TOKEN}\"\nmax_in_flight = 2\n",
             collector.traces_endpoint()
         ),
     )
@@ -55,6 +87,21 @@ async fn rare_traces_are_all_kept_whole_and_routine_ones_at_the_ratio() -> Resul
     let mut herald = env.spawn_roles("ingest,relay,deliver", "herald", &[UNVERIFIED_SENDER])?;
     produce_mix(&env, MIX).await?;
     wait_settled(&env, MIX, WAIT).await?;
+    // An HTTP producer's order, then the same Idempotency-Key with another total: 422, kept
+    // as evidence, and its trace kept whatever the share.
+    let http = herald.http_ingest_addr(WAIT).await?;
+    let (created, refused) = (new_trace_id(), new_trace_id());
+    for (trace, total, status) in [(&created, "12.00", 201), (&refused, "99.00", 422)] {
+        let answer = post_order(&http, trace, total).await?;
+        assert_eq!(answer.status, status, "{answer:?}");
+    }
+    env.wait_count(
+        "the HTTP order's intent accepted",
+        "SELECT count(*) FROM notification_intents WHERE order_id = 'http-1' AND state = 'accepted'",
+        1,
+        WAIT,
+    )
+    .await?;
     // Herald exports in batches; the collector decides DECISION_WAIT after a trace's first
     // span. Herald stopped by SIGTERM flushes its exporter; then the backend has all once
     // nothing has come for longer than a decision.
@@ -73,7 +120,8 @@ async fn rare_traces_are_all_kept_whole_and_routine_ones_at_the_ratio() -> Resul
     let rows = env
         .db
         .query(
-            "SELECT split_part(trace_context, '-', 2), state, channel FROM notification_intents",
+            "SELECT split_part(trace_context, '-', 2), state, channel FROM notification_intents
+             WHERE order_id <> 'http-1'",
             &[],
         )
         .await?;
@@ -153,6 +201,27 @@ async fn rare_traces_are_all_kept_whole_and_routine_ones_at_the_ratio() -> Resul
             .map(String::as_str)
             == Some("conflict")));
     }
+
+    // Rare: the refused HTTP request's trace, its server span saying why.
+    let refused_spans = received
+        .traces
+        .get(&refused)
+        .context("the refused HTTP request's trace was not kept")?;
+    let server = refused_spans
+        .iter()
+        .find(|s| s.name == "POST /v1/order-events")
+        .context("its server span")?;
+    assert_eq!(
+        server.attributes.get("herald.outcome").map(String::as_str),
+        Some("idempotency_key_reused")
+    );
+    assert_eq!(
+        server
+            .attributes
+            .get("http.response.status_code")
+            .map(String::as_str),
+        Some("422")
+    );
 
     // Routine: the rest, at the share, each one whole or absent.
     let routine: Vec<(&String, &Vec<(String, String)>)> =
