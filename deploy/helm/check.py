@@ -8,6 +8,7 @@ file; it prints what it checked and exits 1 with every failure listed.
 usage: helm template ... | check.py VALUES_NAME PATH_TO_ALERTS_YML HERALD_BIN OUT_DIR
 (OUT_DIR receives core.yaml, the manifests of Kubernetes' own kinds, for kubernetes-validate.)
 """
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,17 @@ def check(ok, what):
 
 # Kinds of CRDs: no schema in kubernetes-validate's bundle; checked here instead.
 CRD_KINDS = {"ScaledObject", "ServiceMonitor", "PrometheusRule"}
+
+
+def herald_consumers(herald_bin, toml):
+    """Each consuming role's group and topics as Herald derives them from `toml`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+        f.write(toml)
+        f.flush()
+        r = subprocess.run([herald_bin, "--config", f.name, "check-config", "--consumers"], capture_output=True,
+                           text=True, env={"PATH": os.environ.get("PATH", "")})
+    check(r.returncode == 0, f"herald check-config --consumers: {r.stderr.strip()}")
+    return json.loads(r.stdout) if r.returncode == 0 else {}
 
 
 def main():
@@ -60,6 +72,23 @@ def main():
         for key in ("bootstrapServers", "consumerGroup", "topic", "lagThreshold"):
             check(isinstance(meta.get(key), str) and meta[key], f"{n}: trigger metadata {key} missing or not a string")
         check(meta.get("lagThreshold", "x").isdigit(), f"{n}: lagThreshold is not a whole number")
+
+    # The triggers name the group and topic Herald itself derives from the role groups'
+    # herald.toml (`herald check-config --consumers`: prefix, group ids, topic names).
+    role_config = [cm for cm in by_kind.get("ConfigMap", []) if cm["metadata"]["name"].endswith("-config")
+                   and "herald.toml" in cm.get("data", {}) and "migrate" not in cm["metadata"]["name"]]
+    check(len(role_config) == 1, "one herald.toml ConfigMap for the role groups")
+    consumers = herald_consumers(herald_bin, role_config[0]["data"]["herald.toml"]) if role_config else {}
+    for so in by_kind.get("ScaledObject", []):
+        n = so["metadata"]["name"]
+        meta = so["spec"]["triggers"][0]["metadata"]
+        target = deployments.get(so["spec"]["scaleTargetRef"]["name"], {})
+        args = target.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [{}])[0].get("args", [])
+        roles = args[args.index("--roles") + 1].split(",") if "--roles" in args else []
+        check(any(r in consumers and consumers[r]["group"] == meta.get("consumerGroup")
+                  and consumers[r]["topics"][0] == meta.get("topic") for r in roles),
+              f"{n}: scales on {meta.get('consumerGroup')}/{meta.get('topic')}, which none of its roles "
+              f"{roles} consumes ({consumers})")
 
     # ServiceMonitor: selects a Service of the release that has the endpoint's port.
     for sm in by_kind.get("ServiceMonitor", []):

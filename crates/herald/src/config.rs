@@ -1057,6 +1057,22 @@ impl Config {
         format!("{}{group}", self.kafka.topic_prefix)
     }
 
+    /// Each consuming role's group and topics, with the prefix, as JSON (`herald check-config
+    /// --consumers`): what the chart's lag-based autoscaling must name.
+    pub fn consumers(&self) -> serde_json::Value {
+        let t = &self.kafka.topics;
+        serde_json::json!({
+            "ingest": {
+                "group": self.group(&self.ingest.group_id),
+                "topics": [self.topic(&t.order_events), self.topic(&t.seller_profiles)],
+            },
+            "deliver": {
+                "group": self.group(&self.delivery.group_id),
+                "topics": [self.topic(&t.deliveries)],
+            },
+        })
+    }
+
     pub fn store(&self) -> StoreConfig {
         StoreConfig {
             url: self.database.url.clone(),

@@ -96,7 +96,12 @@ enum Command {
     Run(commands::run::RunArgs),
     /// Load and validate the configuration (file and HERALD_* environment), touching no
     /// database, broker or provider: exit 0, or 2 with the error naming the key.
-    CheckConfig,
+    CheckConfig {
+        /// Print, as JSON, the Kafka consumer groups and topics this configuration gives each
+        /// consuming role, with the prefix (what a lag-based autoscaler must watch).
+        #[arg(long)]
+        consumers: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -150,8 +155,12 @@ fn main() -> ExitCode {
             Command::Retention { command } => commands::retention::run(&config, command).await,
             Command::Suppression { command } => commands::suppression::run(&config, command).await,
             Command::Run(args) => commands::run::run(config, args, obs, scrape).await,
-            Command::CheckConfig => {
+            Command::CheckConfig { consumers: false } => {
                 println!("configuration valid: {}", path.display());
+                Ok(())
+            }
+            Command::CheckConfig { consumers: true } => {
+                println!("{}", config.consumers());
                 Ok(())
             }
         }
