@@ -171,11 +171,23 @@ def main():
     # repository's configuration as it is, a backend, and Herald's spans sent to it.
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "../otel-collector/config.yaml")) as f:
         collector_config = f.read()
+    for cm in configs:
+        if "-otel-collector:4318" in cm["data"]["herald.toml"]:
+            check(collectors, f"{cm['metadata']['name']}: spans sent to a collector the release does not deploy")
     for n, d in collectors.items():
         check(d["spec"].get("replicas") == 1, f"{n}: tail sampling needs one replica")
         c = d["spec"]["template"]["spec"]["containers"][0]
         env = {e["name"]: e.get("value") for e in c.get("env", [])}
         check(env.get("TRACES_BACKEND"), f"{n}: no TRACES_BACKEND")
+        for e in env:
+            check("${env:" + e + "}" in collector_config or "${env:" + e + ":-" in collector_config,
+                  f"{n}: {e} is not a variable of deploy/otel-collector/config.yaml")
+        # Its metrics must not be scraped under a job HeraldDown (up{job=~".*herald.*"}) matches.
+        for sm in by_kind.get("ServiceMonitor", []):
+            if sm["spec"]["selector"]["matchLabels"].get("app.kubernetes.io/name") == collector_name:
+                for ep in sm["spec"]["endpoints"]:
+                    jobs = [r.get("replacement", "") for r in ep.get("relabelings", []) if r.get("targetLabel") == "job"]
+                    check(jobs and "herald" not in jobs[-1], f"{sm['metadata']['name']}: its job would match HeraldDown")
         cms = [cm for cm in by_kind.get("ConfigMap", []) if cm["metadata"]["name"] == n]
         check(len(cms) == 1 and cms[0]["data"]["config.yaml"].strip() == collector_config.strip(),
               f"{n}: its config.yaml is not deploy/otel-collector/config.yaml")

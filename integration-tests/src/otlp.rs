@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::common::v1::{AnyValue as AnyValueMsg, KeyValue};
+use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -169,6 +171,69 @@ fn record(wire: &[u8], gzip: bool, received: &Mutex<Received>) -> Result<()> {
     Ok(())
 }
 
+/// A span to export by hand (`export`): its trace id (32 hex digits), name and string
+/// attributes.
+pub struct SpanOut<'a> {
+    pub trace_id: &'a str,
+    pub name: &'a str,
+    pub attributes: &'a [(&'a str, &'a str)],
+}
+
+/// Exports `spans` to the OTLP/HTTP receiver at `addr` (`POST /v1/traces`, protobuf), as a
+/// Herald would; fails unless it answers 200.
+pub async fn export(addr: &str, spans: &[SpanOut<'_>]) -> Result<()> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos() as u64;
+    let spans = spans
+        .iter()
+        .map(|s| {
+            let trace_id = (0..16)
+                .map(|i| u8::from_str_radix(&s.trace_id[2 * i..2 * i + 2], 16))
+                .collect::<Result<Vec<u8>, _>>()?;
+            Ok(Span {
+                trace_id,
+                span_id: uuid::Uuid::new_v4().as_bytes()[..8].to_vec(),
+                name: s.name.to_owned(),
+                kind: 1,
+                start_time_unix_nano: now - 1_000_000,
+                end_time_unix_nano: now,
+                attributes: s
+                    .attributes
+                    .iter()
+                    .map(|(k, v)| KeyValue {
+                        key: (*k).to_owned(),
+                        value: Some(AnyValueMsg {
+                            value: Some(AnyValue::StringValue((*v).to_owned())),
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+        })
+        .collect::<Result<Vec<Span>>>()?;
+    let request = ExportTraceServiceRequest {
+        resource_spans: vec![ResourceSpans {
+            scope_spans: vec![ScopeSpans {
+                spans,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    };
+    let answer = crate::http::exchange(
+        addr,
+        "POST",
+        "/v1/traces",
+        &[("Content-Type", "application/x-protobuf")],
+        &request.encode_to_vec(),
+    )
+    .await?;
+    anyhow::ensure!(answer.status == 200, "OTLP export answered {}", answer.status);
+    Ok(())
+}
+
 /// Settings of one collector run (the configuration's environment variables).
 pub struct CollectorSettings<'a> {
     pub backend: &'a str,
@@ -249,6 +314,20 @@ impl Collector {
     /// The traces endpoint for Herald's `telemetry.traces_endpoint`.
     pub fn traces_endpoint(&self) -> String {
         format!("http://{}/v1/traces", self.otlp_http)
+    }
+
+    /// Traces the tail sampler has decided so far, kept and dropped (from the collector's
+    /// own metrics).
+    pub async fn decisions(&self) -> Result<(u64, u64)> {
+        let text = crate::http::scrape(&self.metrics).await?;
+        let count = |sampled: &str| {
+            crate::http::metric(
+                &text,
+                "otelcol_processor_tail_sampling_global_count_traces_sampled_total",
+                &[&format!("sampled=\"{sampled}\"")],
+            ) as u64
+        };
+        Ok((count("true"), count("false")))
     }
 }
 

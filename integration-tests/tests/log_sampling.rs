@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use integration_tests::http::scrape;
+use integration_tests::kafka::{produce, producer};
 use integration_tests::mixed::{order_id, produce_mix, wait_settled, Mix, UNVERIFIED_SENDER};
+use integration_tests::samples::order_event;
 use integration_tests::TestEnv;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(90);
 const RATIO: f64 = 0.5;
@@ -47,17 +49,56 @@ async fn routine_lines_are_sampled_by_intent_and_rare_ones_always_written() -> R
     let admin = herald.admin_addr(WAIT).await?;
     produce_mix(&env, MIX).await?;
     wait_settled(&env, MIX, WAIT).await?;
+    // A seller whose address is malformed: that suppression is not routine (the SMS one,
+    // opted out, is).
+    let p = producer()?;
+    let profile = json!({"seller_id": "seller-bad", "marketplace_id": "acme", "email": "not-an-address",
+        "phone": "+15555550123", "locale": "en", "email_opt_in": true, "sms_opt_in": false, "version": 1});
+    let profiles = env.topic("seller-profiles");
+    produce(
+        &p,
+        &profiles,
+        Some(b"acme:seller-bad"),
+        Some(profile.to_string().as_bytes()),
+        &[],
+    )
+    .await?;
+    env.wait_count(
+        "the seller stored",
+        "SELECT count(*) FROM sellers",
+        (MIX.orders + MIX.rejected + 1) as i64,
+        WAIT,
+    )
+    .await?;
+    let event = order_event(
+        "evt-bad-1",
+        "order.created",
+        "acme",
+        "bad-1",
+        "seller-bad",
+        "12.00",
+    );
+    produce(&p, &env.topic("order-events"), Some(b"bad-1"), Some(&event), &[]).await?;
+    env.wait_count(
+        "both intents suppressed",
+        "SELECT count(*) FROM notification_intents WHERE order_id = 'bad-1' AND state = 'suppressed'",
+        2,
+        WAIT,
+    )
+    .await?;
 
-    // Each intent's state, and whether its order was produced twice (every acme order).
-    let states: BTreeMap<String, (String, bool)> = env
+    // Each intent's state and consent, and whether its order was produced twice (every acme
+    // order of the mix).
+    let states: BTreeMap<String, (String, String, bool)> = env
         .db
         .query(
-            "SELECT id::text, state, marketplace_id = 'acme' FROM notification_intents",
+            "SELECT id::text, state, consent, marketplace_id = 'acme' AND order_id <> 'bad-1'
+             FROM notification_intents",
             &[],
         )
         .await?
         .iter()
-        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
         .collect();
     let log = lines(&herald.log());
     let of = |id: &str, what: &str| -> Vec<&Value> {
@@ -70,7 +111,8 @@ async fn routine_lines_are_sampled_by_intent_and_rare_ones_always_written() -> R
     // attempt started and finished for a sent or rejected one.
     let mut expected_out = 0u64;
     let mut kept = BTreeSet::new();
-    for (id, (state, duplicated)) in &states {
+    let mut not_opted_out = 0;
+    for (id, (state, consent, duplicated)) in &states {
         let keep = herald_telemetry::routine_kept(RATIO, id);
         let n = usize::from(keep);
         let created = of(id, "intent created");
@@ -88,8 +130,18 @@ async fn routine_lines_are_sampled_by_intent_and_rare_ones_always_written() -> R
         );
         expected_out += u64::from(!keep && *duplicated);
         match state.as_str() {
+            "suppressed" if consent != "opted_out" => {
+                // A malformed address: always written, whatever the decision.
+                not_opted_out += 1;
+                assert_eq!(
+                    created.len(),
+                    1,
+                    "suppressed intent {id} ({consent}): its creation is logged"
+                );
+                assert_eq!(created[0]["routine"], false);
+            }
             "suppressed" => {
-                // Consent decided, as for every order of an opted-out seller: routine.
+                // As for every order of an opted-out seller: routine.
                 assert_eq!(
                     created.len(),
                     n,
@@ -141,6 +193,7 @@ async fn routine_lines_are_sampled_by_intent_and_rare_ones_always_written() -> R
             kept.insert(id.clone());
         }
     }
+    assert_eq!(not_opted_out, 1, "the malformed address's e-mail intent was seen");
     // The hash splits this world both ways (otherwise the test would prove nothing).
     assert!(
         !kept.is_empty() && kept.len() < states.len(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use integration_tests::http::exchange;
 use integration_tests::mixed::{produce_mix, wait_settled, Mix, UNVERIFIED_SENDER};
-use integration_tests::otlp::{Collector, CollectorSettings, OtlpSink, SpanSeen};
+use integration_tests::otlp::{export, Collector, CollectorSettings, OtlpSink, SpanOut, SpanSeen};
 use integration_tests::TestEnv;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -84,7 +84,14 @@ async fn rare_traces_are_all_kept_whole_and_routine_ones_at_the_ratio() -> Resul
         ),
     )
     .await?;
-    let mut herald = env.spawn_roles("ingest,relay,deliver", "herald", &[UNVERIFIED_SENDER])?;
+    // Spans exported every 200 ms (the SDK's default is 5 s, longer than DECISION_WAIT): an
+    // order's spans reach the collector within one decision, as they would with production's
+    // 30 s wait.
+    let mut herald = env.spawn_roles(
+        "ingest,relay,deliver",
+        "herald",
+        &[UNVERIFIED_SENDER, ("OTEL_BSP_SCHEDULE_DELAY", "200")],
+    )?;
     produce_mix(&env, MIX).await?;
     wait_settled(&env, MIX, WAIT).await?;
     // An HTTP producer's order, then the same Idempotency-Key with another total: 422, kept
@@ -249,5 +256,92 @@ async fn rare_traces_are_all_kept_whole_and_routine_ones_at_the_ratio() -> Resul
     );
     drop(collector);
     env.cleanup().await;
+    Ok(())
+}
+
+/// Waits until the collector has decided `kept` and `dropped` traces in all.
+async fn decided(collector: &Collector, kept: u64, dropped: u64) -> Result<()> {
+    let waited = integration_tests::wait_for("the collector's decisions", WAIT, || async {
+        Ok((collector.decisions().await? == (kept, dropped)).then_some(()))
+    })
+    .await;
+    match waited {
+        Ok(()) => Ok(()),
+        Err(e) => Err(e.context(format!(
+            "expected (kept, dropped) = ({kept}, {dropped}), the collector says {:?}",
+            collector.decisions().await.ok()
+        ))),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_spans_are_decided_again_when_their_trace_was_dropped_and_kept_when_it_was_kept() -> Result<()> {
+    // Spans sent by hand, as Herald's pods send them, to a collector keeping no routine
+    // trace: what becomes of spans that arrive after their trace's decision (a retry, a late
+    // record, a backlog).
+    let backend = OtlpSink::start().await?;
+    let logs = integration_tests::workspace_root().join("target/it");
+    std::fs::create_dir_all(&logs)?;
+    let collector = Collector::start(
+        CollectorSettings {
+            backend: &format!("http://{}", backend.addr),
+            routine_percent: 0.0,
+            decision_wait: Duration::from_secs(1),
+        },
+        logs.join(format!("collector-late-{}.log", uuid::Uuid::new_v4().simple())),
+    )
+    .await?;
+    let addr = collector.otlp_http.clone();
+    let (dropped, other, kept) = (new_trace_id(), new_trace_id(), new_trace_id());
+    let span = |trace_id, name, attributes| SpanOut {
+        trace_id,
+        name,
+        attributes,
+    };
+    // A routine order: dropped. Then another routine one, dropped after it.
+    export(
+        &addr,
+        &[span(&dropped, "intent created", &[("herald.outcome", "created")])],
+    )
+    .await?;
+    decided(&collector, 0, 1).await?;
+    export(
+        &addr,
+        &[span(&other, "intent created", &[("herald.outcome", "created")])],
+    )
+    .await?;
+    decided(&collector, 0, 2).await?;
+    // The first order's retry, minutes later, goes unknown: decided again, and kept.
+    export(
+        &addr,
+        &[span(&dropped, "attempt", &[("herald.outcome", "unknown")])],
+    )
+    .await?;
+    decided(&collector, 1, 2).await?;
+    // A rejected order: kept. Its late routine span (a record) is kept with it.
+    export(
+        &addr,
+        &[span(&kept, "attempt", &[("herald.outcome", "rejected")])],
+    )
+    .await?;
+    decided(&collector, 2, 2).await?;
+    export(&addr, &[span(&kept, "process herald.deliveries", &[])]).await?;
+    let received = integration_tests::wait_for("the late spans at the backend", WAIT, || async {
+        let r = backend.received();
+        let late_kept = r.traces.get(&kept).map_or(0, Vec::len) == 2;
+        Ok((late_kept && r.traces.contains_key(&dropped)).then_some(r))
+    })
+    .await?;
+    let names = |t: &str| -> Vec<&str> { received.traces[t].iter().map(|s| s.name.as_str()).collect() };
+    assert_eq!(
+        names(&dropped),
+        ["attempt"],
+        "only the late unknown attempt of the dropped order"
+    );
+    assert!(
+        !received.traces.contains_key(&other),
+        "a routine trace is not kept"
+    );
+    drop(collector);
     Ok(())
 }

@@ -118,6 +118,25 @@ impl<S> Filter<S> for RoutineSampler {
         true
     }
 
+    // Only the callsites of routine lines are decided per event (event_enabled), and only
+    // when sampling: every other callsite is always of interest, so that combined with the
+    // level filter (`and`) the level filter's own interest stands. A routine callsite must
+    // stay "sometimes": tracing-subscriber asserts (debug builds) that an event disabled in
+    // event_enabled went through an `enabled` pass, which a callsite cached "always" skips.
+    fn callsite_enabled(&self, meta: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        if self.ratio < 1.0 && meta.fields().field("routine").is_some() {
+            tracing::subscriber::Interest::sometimes()
+        } else {
+            tracing::subscriber::Interest::always()
+        }
+    }
+
+    // No level is ruled out here: the level filter's maximum stands (the default, no hint,
+    // would lift the combined maximum to TRACE).
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+
     fn event_enabled(&self, event: &tracing::Event<'_>, _: &Context<'_, S>) -> bool {
         if self.ratio >= 1.0 || event.metadata().fields().field("routine").is_none() {
             return true;
@@ -193,6 +212,63 @@ mod tests {
         // Pinned: the decision must not change between releases (see routine_kept).
         let kept: Vec<bool> = ids(8).map(|id| routine_kept(0.5, &id)).collect();
         assert_eq!(kept, PINNED);
+    }
+
+    /// Records the messages of the events it is given.
+    #[derive(Clone, Default)]
+    struct Seen(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Seen {
+        fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+            struct Message(String);
+            impl Visit for Message {
+                fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+                    if field.name() == "message" {
+                        self.0 = format!("{value:?}");
+                    }
+                }
+            }
+            let mut m = Message(String::new());
+            event.record(&mut m);
+            self.0.lock().unwrap().push(m.0);
+        }
+    }
+
+    #[test]
+    fn sampling_leaves_out_log_lines_only_and_keeps_the_level_filter_static() {
+        let (log, spans) = (Seen::default(), Seen::default());
+        let level = EnvFilter::new("info");
+        let sampled = level.and(RoutineSampler::new(0.0));
+        // The level filter's maximum stands (INFO), not lifted by the sampler.
+        assert_eq!(
+            Filter::<tracing_subscriber::Registry>::max_level_hint(&sampled),
+            Some(tracing::level_filters::LevelFilter::INFO)
+        );
+        let subscriber =
+            tracing_subscriber::registry()
+                .with(log.clone().with_filter(sampled))
+                // Stands for the OpenTelemetry layer (filtered by level as install() does): span
+                // events come from here.
+                .with(spans.clone().with_filter(
+                    tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO),
+                ));
+        tracing::subscriber::with_default(subscriber, || {
+            let id = "0193a1b2-c3d4-7e5f-8a6b-000000000001";
+            tracing::info!(intent_id = %id, routine = true, "routine line");
+            tracing::info!(intent_id = %id, routine = false, "not routine");
+            tracing::warn!(intent_id = %id, "rare line");
+            tracing::info!(routine = true, "routine without an intent");
+        });
+        assert_eq!(
+            *log.0.lock().unwrap(),
+            ["not routine", "rare line", "routine without an intent"],
+            "the log leaves out the routine line of an unsampled intent, and only it"
+        );
+        assert_eq!(
+            spans.0.lock().unwrap().len(),
+            4,
+            "every event still reaches the other layers"
+        );
     }
 
     const PINNED: [bool; 8] = [true, true, false, true, false, false, false, true];

@@ -32,6 +32,18 @@ struct Phase {
     log_bytes: u64,
     received: Received,
     seconds: f64,
+    rare: Rare,
+}
+
+/// The rare paths, and how many of them the log and the backend have.
+#[derive(Debug, serde::Serialize)]
+struct Rare {
+    rejected_intents: usize,
+    rejected_log_lines: usize,
+    rejected_traces_kept: usize,
+    conflicting_events: usize,
+    conflict_log_lines: usize,
+    conflict_traces_kept: usize,
 }
 
 impl Phase {
@@ -43,6 +55,7 @@ impl Phase {
         let r = &self.received;
         json!({
             "phase": self.name,
+            "rare": self.rare,
             "intents": self.intents,
             "seconds": self.seconds,
             "log": {"lines": self.log_lines, "bytes": self.log_bytes,
@@ -109,6 +122,7 @@ async fn phase(
         .await
         .context("waiting for the last spans")?;
     let intents = env.count("SELECT count(*) FROM notification_intents").await? as u64;
+    let rare = rare(&env, mix, &log, &received).await?;
     drop(collector);
     env.cleanup().await;
     Ok(Phase {
@@ -118,6 +132,40 @@ async fn phase(
         log_bytes: log.len() as u64,
         received,
         seconds,
+        rare,
+    })
+}
+
+async fn rare(env: &TestEnv, mix: Mix, log: &str, received: &Received) -> Result<Rare> {
+    let rejected: Vec<String> = env
+        .db
+        .query(
+            "SELECT split_part(trace_context, '-', 2) FROM notification_intents WHERE state = 'rejected'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let lines: Vec<serde_json::Value> = log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let message = |l: &serde_json::Value, m: &str| l["message"].as_str().is_some_and(|s| s.starts_with(m));
+    Ok(Rare {
+        rejected_intents: rejected.len(),
+        rejected_log_lines: lines
+            .iter()
+            .filter(|l| message(l, "attempt finished") && l["outcome"] == "rejected")
+            .count(),
+        rejected_traces_kept: rejected
+            .iter()
+            .filter(|t| received.traces.contains_key(*t))
+            .count(),
+        conflicting_events: mix.conflicts() / 2,
+        conflict_log_lines: lines.iter().filter(|l| message(l, "business key reused")).count(),
+        conflict_traces_kept: received
+            .traces
+            .values()
+            .filter(|spans| spans.iter().any(|s| s.name == "intent conflict"))
+            .count(),
     })
 }
 
@@ -172,6 +220,9 @@ async fn main() -> Result<()> {
     let before = phase("before", mix, 1.0, None).await?;
     let after = phase("after", mix, log_ratio, Some(percent)).await?;
     show(&before, &after);
+    for p in [&before, &after] {
+        println!("  rare paths, {}: {:?}", p.name, p.rare);
+    }
     let out = workspace_root().join("bench/results/telemetry-volume.json");
     let doc = json!({
         "mix": {"orders": mix.orders, "rejected": mix.rejected, "duplicate_every": mix.duplicate_every,

@@ -172,7 +172,7 @@ async fn attempt_in_span(
         Outcome::Accepted { .. } => {
             info!(intent_id = %c.intent_id, attempt_id = %c.attempt_id, attempt_no = c.attempt_no,
             channel, outcome = attempt_outcome.as_str(), after_unknown = c.after_unknown, took_ms, trace_id,
-            next = %log_next, routine = c.attempt_no == 1 && !c.after_unknown, "attempt finished")
+            next = %log_next, routine = c.attempt_no == 1 && !c.after_unknown && !c.reclaimed, "attempt finished")
         }
         _ => {
             // Provider messages can quote the address: never log it.

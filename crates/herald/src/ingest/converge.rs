@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
+use herald_core::consent::ConsentDecision;
 use herald_core::render::{RenderOptions, Renderer};
 use herald_core::IntentState;
 use herald_kafka::headers::{header_str, valid_traceparent, TRACEPARENT};
@@ -240,12 +241,14 @@ fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats
                 _ => (intent.payload.consent.as_str(), revision),
             };
             // Routine (sampled by log.routine_sampling_ratio): an intent to be sent, observed,
-            // or suppressed by the seller's consent (every order of an opted-out seller is);
-            // a held intent (no profile yet) is always logged.
-            let routine = matches!(
-                state,
-                IntentState::Pending | IntentState::Observed | IntentState::Suppressed
-            );
+            // or suppressed because the seller opted out (every order of such a seller is).
+            // Always logged: a held intent (no profile yet) and every other suppression (no
+            // or a malformed destination, no profile, a bounced or complaining address).
+            let routine = match state {
+                IntentState::Pending | IntentState::Observed => true,
+                IntentState::Suppressed => intent.payload.consent == ConsentDecision::OptedOut,
+                _ => false,
+            };
             info!(intent_id = %intent_id, channel, template_revision = revision, state = state.as_str(),
                   consent, trace_id, routine, "intent created");
         }
