@@ -21,7 +21,7 @@ LOCAL_DIR    := $(or $(HERALD_LOCAL_DIR),.local)
 # trace UI: Jaeger's collector feeds it through Kafka.
 STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka zipkin
 
-.PHONY: help deps build lint fmt-check clippy rules units deploy-lint collector chart image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick \
+.PHONY: help deps build lint fmt-check clippy rules units deploy-lint collector chart image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick bench-latency \
         stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate telemetry-volume
 
 help:
@@ -39,8 +39,9 @@ help:
 	@echo "make audit         cargo deny: known vulnerabilities (needs the network)"
 	@echo "make chaos         the reliability scenarios, long version (short one: part of make test)"
 	@echo "make fuzz          each fuzz target for FUZZ_SECONDS (default 60)"
-	@echo "make bench         the full benchmark (< 15 min): bench/results/, BENCHMARKS.md"
+	@echo "make bench         the full benchmark (about 45 min): bench/results/, BENCHMARKS.md"
 	@echo "make bench-quick   one size of each measurement"
+	@echo "make bench-latency end-to-end latency by hop and whole-machine cost alone (about 4 min)"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
 	@echo "make ingest-memory peak RSS of ingest on large dead-lettered events (MESSAGES=300 MESSAGE_BYTES=1040247)"
 	@echo "make telemetry-volume  log and trace volume per million notifications, before and after sampling"
@@ -241,6 +242,11 @@ bench: bench-build stack-up
 bench-quick: bench-build stack-up
 	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench --quick --out bench/results/quick
 	@$(LOCAL)/bench-plot.sh bench/results/quick/latest.json bench/results/quick
+
+# Latency at half the last full run's capacity and at 1,000 events/s, 3 runs each, with
+# the hops from spans and the CPU of Herald, PostgreSQL and Kafka: bench/results/<date>-latency.*
+bench-latency: bench-build stack-up
+	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench --latency-only
 
 demo: STACK_COMPONENTS = postgres moto toxiproxy jaeger kafka zipkin
 demo: migrate topics templates

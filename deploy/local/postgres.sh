@@ -108,6 +108,8 @@ unix_socket_directories = '$PG_RUN'
 cluster_name = 'herald-local-$PG_PORT'
 max_connections = 200
 shared_buffers = 128MB
+# make bench counts the statements each notification costs (pg_stat_statements)
+shared_preload_libraries = 'pg_stat_statements'
 logging_collector = off
 log_line_prefix = '%m [%p] %q%u@%d '
 log_timezone = 'UTC'

@@ -27,6 +27,12 @@ use crate::workspace_root;
 pub struct SpanSeen {
     pub name: String,
     pub attributes: BTreeMap<String, String>,
+    /// Its span id and its parent's (hex; empty for a root).
+    pub span_id: String,
+    pub parent_span_id: String,
+    /// Start and end, nanoseconds since the Unix epoch, as the exporter stamped them.
+    pub start_ns: u64,
+    pub end_ns: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -145,7 +151,7 @@ fn record(wire: &[u8], gzip: bool, received: &Mutex<Received>) -> Result<()> {
         .flat_map(|rs| &rs.scope_spans)
         .flat_map(|ss| &ss.spans)
     {
-        let trace_id: String = span.trace_id.iter().map(|b| format!("{b:02x}")).collect();
+        let trace_id = hex(&span.trace_id);
         let attributes = span
             .attributes
             .iter()
@@ -165,10 +171,18 @@ fn record(wire: &[u8], gzip: bool, received: &Mutex<Received>) -> Result<()> {
         r.traces.entry(trace_id).or_default().push(SpanSeen {
             name: span.name.clone(),
             attributes,
+            span_id: hex(&span.span_id),
+            parent_span_id: hex(&span.parent_span_id),
+            start_ns: span.start_time_unix_nano,
+            end_ns: span.end_time_unix_nano,
         });
     }
     r.last_at = Some(Instant::now());
     Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A span to export by hand (`export`): its trace id (32 hex digits), name and string

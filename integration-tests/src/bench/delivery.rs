@@ -1,15 +1,10 @@
 //! Delivery measurements against the provider stand-in ([`crate::standin`], a fixed 50 ms
 //! answer): Herald's sends/s at a given in-flight window (Little's law bounds it at
-//! `in_flight / latency`), the sequential baseline, and end-to-end latency at a fixed
-//! offered rate.
+//! `in_flight / latency`) and the sequential baseline.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use chrono::Utc;
-use futures::future::join_all;
-use rdkafka::producer::FutureRecord;
-use serde_json::json;
 
 use herald_channels::{
     AwsSettings, EmailMessage, Outcome, SesSender, SmsMessage, SnsSender, StaticCredentials,
@@ -23,7 +18,6 @@ use uuid::Uuid;
 
 use super::ingest::reader;
 use super::procstat::{self, Usage};
-use crate::kafka::producer;
 use crate::samples::UniqueSeller;
 use crate::{seed_orders, wait_for, EnvOptions, HeraldProcess, TestEnv};
 
@@ -196,79 +190,4 @@ pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f
         sent += 1;
     }
     Ok(sent as f64 / started.elapsed().as_secs_f64())
-}
-
-/// Event produced -> attempt `accepted` recorded, p50 and p99 in ms, with every role
-/// running while order events arrive at `rate` per second for `seconds`.
-pub async fn latency(endpoint: &str, rate: f64, seconds: u64) -> Result<(f64, f64, usize)> {
-    let env = TestEnv::with_options(
-        "latency",
-        "",
-        EnvOptions {
-            aws_endpoint: Some(endpoint.to_owned()),
-            on_unknown: "hold",
-            ..EnvOptions::default()
-        },
-    )
-    .await?;
-    let herald = env.spawn_roles("ingest,relay,deliver", "herald", &UNTHROTTLED)?;
-    let seller = UniqueSeller::new();
-    seed_orders(&env, &seller, &[]).await?;
-    let p = producer()?;
-    let topic = env.topic("order-events");
-    let total = (rate * seconds as f64) as usize;
-    let tick = Duration::from_millis(50);
-    let per_tick = ((rate * tick.as_secs_f64()).round() as usize).max(1);
-    let started = Instant::now();
-    let mut sent = 0;
-    let mut n = 0u64;
-    while sent < total {
-        // Paced in ticks: each tick's events are produced at once, then we sleep to the
-        // next tick, so the offered rate holds whatever the produce latency.
-        let values: Vec<(String, Vec<u8>)> = (0..per_tick.min(total - sent))
-            .map(|_| {
-                n += 1;
-                let order = format!("l{n}");
-                let v = json!({"event_id": format!("evt-{order}"), "event_kind": "order.created",
-                    "marketplace_id": "acme", "order_id": order, "seller_id": "seller-1",
-                    "occurred_at": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-                    "produced_at": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-                    "order": {"total": "12.00", "currency": "EUR", "item_count": 1}});
-                (order, v.to_string().into_bytes())
-            })
-            .collect();
-        let sends = values.iter().map(|(k, v)| {
-            p.send(
-                FutureRecord::to(&topic).key(k).payload(v),
-                Duration::from_secs(30),
-            )
-        });
-        for r in join_all(sends).await {
-            ensure!(r.is_ok(), "produce failed: {:?}", r.err());
-        }
-        sent += values.len();
-        let next = tick * (sent / per_tick) as u32;
-        tokio::time::sleep(next.saturating_sub(started.elapsed())).await;
-    }
-    let intents = (total * 2) as i64;
-    env.wait_count(
-        "every intent accepted",
-        "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
-        intents,
-        Duration::from_secs(300),
-    )
-    .await?;
-    let r = env
-        .db
-        .query_one(
-            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
-             FROM (SELECT 1000 * extract(epoch FROM a.finished_at - i.occurred_at)::float8 AS ms
-                   FROM notification_attempts a JOIN notification_intents i ON i.id = a.intent_id
-                   WHERE a.outcome = 'accepted') t",
-            &[],
-        )
-        .await?;
-    drop(herald);
-    env.cleanup().await;
-    Ok((r.get(0), r.get(1), total))
 }

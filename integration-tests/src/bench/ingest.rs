@@ -198,20 +198,26 @@ pub async fn fill_events(env: &TestEnv, w: &Workload) -> Result<()> {
     Ok(())
 }
 
-fn store(env: &TestEnv) -> Result<Store> {
+pub(super) fn store(env: &TestEnv) -> Result<Store> {
     env.store(4)
 }
 
-/// Converges `values` (order events) in one transaction with Herald's statements; `first`
-/// numbers their source offsets.
-async fn converge(store: &Store, values: &[&[u8]], first: i64) -> Result<()> {
-    let events: Vec<OrderEvent> = values
+/// The order events in `values`, decoded as ingest decodes them.
+pub(super) fn decode(values: &[&[u8]]) -> Result<Vec<OrderEvent>> {
+    values
         .iter()
         .map(|v| OrderEvent::decode(v, MAX_BYTES))
         .collect::<Result<_, _>>()
-        .map_err(|e| anyhow::anyhow!("decode: {}", e.detail))?;
-    let mut conn = store.conn().await?;
-    let tx = IngestTx::begin(&mut conn).await?;
+        .map_err(|e| anyhow::anyhow!("decode: {}", e.detail))
+}
+
+/// The intents of `events` (both channels), rendered as ingest renders them, with the
+/// profiles and templates read in `tx`; `first` numbers their source offsets.
+pub(super) async fn render<'e>(
+    tx: &IngestTx<'_>,
+    events: &'e [OrderEvent],
+    first: i64,
+) -> Result<Vec<NewIntent<'e>>> {
     let keys: Vec<(String, String)> = events
         .iter()
         .map(|e| (e.marketplace_id.clone(), e.seller_id.clone()))
@@ -239,13 +245,23 @@ async fn converge(store: &Store, values: &[&[u8]], first: i64) -> Result<()> {
             intents.push(NewIntent::new(e, channel, payload, None, source));
         }
     }
+    Ok(intents)
+}
+
+/// Converges `values` (order events) in one transaction with Herald's statements; `first`
+/// numbers their source offsets.
+async fn converge(store: &Store, values: &[&[u8]], first: i64) -> Result<()> {
+    let events = decode(values)?;
+    let mut conn = store.conn().await?;
+    let tx = IngestTx::begin(&mut conn).await?;
+    let intents = render(&tx, &events, first).await?;
     tx.converge(&intents).await?;
     tx.commit().await?;
     Ok(())
 }
 
 /// The workload's seller profiles, written directly (untimed set-up).
-async fn apply_sellers(store: &Store) -> Result<()> {
+pub(super) async fn apply_sellers(store: &Store) -> Result<()> {
     let records: Vec<SellerRecord> = sellers()
         .iter()
         .map(|(k, v)| SellerRecord::decode(Some(k), Some(v), MAX_BYTES))
@@ -317,21 +333,32 @@ pub async fn naive(env: &TestEnv, n: usize) -> Result<f64> {
 
 /// `herald run --roles ingest` x `instances`: events/s from start to lag 0, and the first
 /// instance's resource use.
-pub async fn herald(env: &TestEnv, w: &Workload, instances: usize) -> Result<(f64, Usage)> {
+pub async fn herald(env: &TestEnv, w: &Workload, instances: usize) -> Result<IngestRun> {
     let started = Instant::now();
     let mut procs = Vec::new();
+    let mut admin = Vec::new();
     for i in 0..instances {
-        procs.push(env.spawn_ingest(&format!("ingest-{i}"), &[("HERALD_LOG__LEVEL", "warn")])?);
+        // A port of its own for /metrics (the log, at warn, does not name an ephemeral one).
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .to_string();
+        procs.push(env.spawn_ingest(
+            &format!("ingest-{i}"),
+            &[("HERALD_LOG__LEVEL", "warn"), ("HERALD_ADMIN__LISTEN", &addr)],
+        )?);
+        admin.push(addr);
     }
     let group = env.group("herald-ingest");
     let topics = [env.topic("order-events"), env.topic("seller-profiles")];
     let refs: Vec<&str> = topics.iter().map(String::as_str).collect();
-    wait_for("ingest lag 0", Duration::from_secs(900), || async {
+    wait_for("ingest lag 0", Duration::from_secs(3600), || async {
         Ok((committed_lag(&group, &refs)? == 0).then_some(()))
     })
     .await?;
     let rate = (w.events + SELLERS) as f64 / started.elapsed().as_secs_f64();
     let usage = procstat::usage(procs[0].pid().context("ingest exited")?)?;
+    let metrics = crate::http::scrape(&admin[0]).await?;
+    let commit_p99_ms = histogram_quantile(&metrics, "herald_ingest_commit_duration_seconds", 0.99)? * 1000.0;
     for mut p in procs {
         p.terminate(Duration::from_secs(60)).await?;
     }
@@ -341,7 +368,58 @@ pub async fn herald(env: &TestEnv, w: &Workload, instances: usize) -> Result<(f6
         "herald: {intents} intents, expected {}",
         w.intents()
     );
-    Ok((rate, usage))
+    Ok(IngestRun {
+        rate,
+        usage,
+        commit_p99_ms,
+    })
+}
+
+/// One `herald run --roles ingest` measurement.
+#[derive(Debug, Clone, Copy)]
+pub struct IngestRun {
+    /// Events (and seller profiles) per second, from process start to lag 0.
+    pub rate: f64,
+    /// The first process's peak RSS and CPU.
+    pub usage: Usage,
+    /// The first process's ingest commit p99, from its histogram as Prometheus's
+    /// `histogram_quantile` computes it (linear within a bucket).
+    pub commit_p99_ms: f64,
+}
+
+/// `q` of the histogram `name` (unlabelled) in a Prometheus text exposition, linear
+/// within the bucket it falls in, as `histogram_quantile` does.
+pub fn histogram_quantile(text: &str, name: &str, q: f64) -> Result<f64> {
+    let prefix = format!("{name}_bucket{{");
+    let mut buckets: Vec<(f64, f64)> = text
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            let count: f64 = l.rsplit(' ').next()?.parse().ok()?;
+            Some((le, count))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    ensure!(total > 0.0, "no observations of {name}");
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for (le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return Ok(lower);
+            }
+            return Ok(lower + (le - lower) * (rank - below) / (count - below).max(f64::MIN_POSITIVE));
+        }
+        (lower, below) = (le, count);
+    }
+    Ok(lower)
 }
 
 #[cfg(test)]
@@ -349,6 +427,15 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
+
+    #[test]
+    fn histogram_quantile_interpolates_within_the_bucket() {
+        let text = "x_bucket{le=\"0.1\"} 50\nx_bucket{le=\"0.2\"} 90\nx_bucket{le=\"0.4\"} 100\nx_bucket{le=\"+Inf\"} 100\n";
+        assert!((histogram_quantile(text, "x", 0.5).unwrap() - 0.1).abs() < 1e-9);
+        assert!((histogram_quantile(text, "x", 0.7).unwrap() - 0.15).abs() < 1e-9);
+        assert!((histogram_quantile(text, "x", 0.95).unwrap() - 0.3).abs() < 1e-9);
+        assert!(histogram_quantile("", "x", 0.5).is_err());
+    }
 
     #[test]
     fn the_workload_has_the_stated_mix() {

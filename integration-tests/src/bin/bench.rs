@@ -1,4 +1,4 @@
-//! `herald-bench [--quick] [--storage-only] [--out DIR]`: the benchmark behind `make bench` (and
+//! `herald-bench [--quick] [--storage-only | --latency-only] [--out DIR]`: the benchmark behind `make bench` (and
 //! `make bench-quick`). On the real local stack, side by side in one run: ingest against
 //! a do-nothing Kafka consumer, Herald's own statements without Kafka and the naive
 //! one-transaction-per-event loop; delivery against the Little's-law limit of a 50 ms
@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use herald_store::plans::HOT_STATEMENTS;
 use integration_tests::bench::ingest::{self, Workload};
+use integration_tests::bench::latency::{self, percentile, HOPS};
 use integration_tests::bench::procstat::Usage;
-use integration_tests::bench::{delivery, storage, Figure, Target};
+use integration_tests::bench::{delivery, floor, storage, Figure, Target};
 use integration_tests::{standin, TestEnv};
 use serde_json::json;
 
@@ -50,7 +51,7 @@ impl Plan {
                 naive_events: 1500,
                 delivery_orders: 3000,
                 latency_seconds: 20,
-                growth: vec![10_000, 100_000, 1_000_000],
+                growth: vec![10_000, 100_000, 1_000_000, 5_000_000],
                 storage_events: 20_000,
             }
         }
@@ -83,6 +84,12 @@ async fn main() -> Result<()> {
     let plan = Plan::new(quick);
     let t0 = Instant::now();
     let say = |s: &str| eprintln!("bench [{:>4}s] {s}", t0.elapsed().as_secs());
+    if args.iter().any(|a| a == "--latency-only") {
+        let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
+        let half = recorded_half_capacity(&out).unwrap_or(LATENCY_RATE);
+        let series = latency_runs(&format!("http://{standin_addr}"), half, &plan, &say).await?;
+        return write_latency_only(&out, quick, &series, t0);
+    }
     if args.iter().any(|a| a == "--storage-only") {
         let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
         let reports = storage_runs(&format!("http://{standin_addr}"), plan.storage_events, &say).await?;
@@ -100,6 +107,11 @@ async fn main() -> Result<()> {
         "limit_pg",
         "events/s",
         "Herald's statements, batches of 500, no Kafka",
+    );
+    let mut floor = Figure::new(
+        "floor_pg",
+        "events/s",
+        "the same rows by COPY into a staging table and set-based inserts, batches of 500, no Kafka",
     );
     let mut naive = Figure::new(
         "naive",
@@ -121,12 +133,21 @@ async fn main() -> Result<()> {
         ));
         let env = filled("bench_ingest", &w).await?;
         kafka.runs.push(ingest::limit_kafka(&env, &w).await?);
-        let (rate, usage) = ingest::herald(&env, &w, 1).await?;
-        herald_ingest.runs.push(rate);
-        ingest_usage = usage;
+        let run = ingest::herald(&env, &w, 1).await?;
+        herald_ingest.runs.push(run.rate);
+        ingest_usage = run.usage;
         env.cleanup().await;
         let env = TestEnv::new("bench_pg", "").await?;
         pg.runs.push(ingest::limit_pg(&env, &w).await?);
+        let herald_conflicts = env.count("SELECT count(*) FROM intent_conflicts").await?;
+        env.cleanup().await;
+        let env = TestEnv::new("bench_floor", "").await?;
+        let (rate, conflicts) = floor::ingest_copy(&env, &w).await?;
+        anyhow::ensure!(
+            conflicts == herald_conflicts,
+            "the floor stored {conflicts} conflicts, Herald's statements {herald_conflicts}"
+        );
+        floor.runs.push(rate);
         env.cleanup().await;
         let small = Workload::new(plan.naive_events);
         let env = filled("bench_naive", &small).await?;
@@ -137,7 +158,7 @@ async fn main() -> Result<()> {
     let mut ingest_two = Figure::new("herald ingest x2", "events/s", "two ingest processes");
     for _ in 0..plan.runs {
         let env = filled("bench_ingest2", &w).await?;
-        ingest_two.runs.push(ingest::herald(&env, &w, 2).await?.0);
+        ingest_two.runs.push(ingest::herald(&env, &w, 2).await?.rate);
         env.cleanup().await;
     }
 
@@ -184,6 +205,19 @@ async fn main() -> Result<()> {
             .push(delivery::sequential(&env, &endpoint, intents).await?);
         env.cleanup().await;
     }
+    say("delivery floor: claim and record statements alone");
+    let mut delivery_floor = Figure::new(
+        "delivery floor, batches of 256",
+        "notifications/s",
+        "Herald's claim and record statements alone, one batch after the other, no Kafka, no provider",
+    );
+    for _ in 0..plan.runs {
+        let (env, _) = delivery::prepare("bench_dfloor", &endpoint, plan.delivery_orders).await?;
+        delivery_floor
+            .runs
+            .push(floor::delivery_statements(&env, 256).await?);
+        env.cleanup().await;
+    }
     say("delivery scale-out: two instances");
     let mut deliver_two = Figure::new(
         "herald deliver x2, 256 in flight each",
@@ -198,12 +232,11 @@ async fn main() -> Result<()> {
         env.cleanup().await;
     }
 
-    // --- End-to-end latency at half capacity -------------------------------------------
+    // --- End-to-end latency and whole-machine cost ---------------------------------------
     let at_256 = delivery_figs[1].2.median();
     let capacity = herald_ingest.median().min(at_256 / 2.0);
-    let offered = (capacity / 2.0).max(1.0);
-    say(&format!("end-to-end latency at {offered:.0} events/s"));
-    let (p50, p99, latency_events) = delivery::latency(&endpoint, offered, plan.latency_seconds).await?;
+    let half = (capacity / 2.0).max(1.0);
+    let latency_series = latency_runs(&endpoint, half, &plan, &say).await?;
 
     // --- Growth -------------------------------------------------------------------------
     let mut growth = Vec::new();
@@ -211,8 +244,8 @@ async fn main() -> Result<()> {
         say(&format!("growth: {size} events"));
         let gw = Workload::new(size);
         let env = filled("bench_growth", &gw).await?;
-        let (rate, _) = ingest::herald(&env, &gw, 1).await?;
-        growth.push((size, rate));
+        let run = ingest::herald(&env, &gw, 1).await?;
+        growth.push((size, run.rate, run.commit_p99_ms));
         env.cleanup().await;
     }
 
@@ -228,6 +261,12 @@ async fn main() -> Result<()> {
             text: "herald ingest >= 0.5 x min(limit_kafka, limit_pg)".into(),
             lhs: herald_ingest.median(),
             rhs: limit_min,
+            factor: 0.5,
+        },
+        Target {
+            text: "herald ingest >= 0.5 x min(limit_kafka, floor_pg)".into(),
+            lhs: herald_ingest.median(),
+            rhs: kafka.median().min(floor.median()),
             factor: 0.5,
         },
         Target {
@@ -256,9 +295,9 @@ async fn main() -> Result<()> {
         },
     ];
     let date = chrono::Utc::now().format("%Y-%m-%dT%H%M%SZ").to_string();
-    let mut figures = vec![&kafka, &pg, &naive, &herald_ingest, &ingest_two];
+    let mut figures = vec![&kafka, &pg, &floor, &naive, &herald_ingest, &ingest_two];
     figures.extend(delivery_figs.iter().map(|(_, _, f)| f));
-    figures.extend([&sequential, &deliver_two]);
+    figures.extend([&delivery_floor, &sequential, &deliver_two]);
     let json = json!({
         "date": date,
         "quick": quick,
@@ -269,12 +308,12 @@ async fn main() -> Result<()> {
         "delivery": delivery_figs.iter().map(|(n, limit, f)| json!({"in_flight": n, "limit": limit, "median": f.median(),
             "min": f.min(), "max": f.max()})).collect::<Vec<_>>(),
         "targets": targets.iter().map(|t| json!({"target": t.text, "ratio": t.lhs / t.rhs, "met": t.met()})).collect::<Vec<_>>(),
-        "latency": {"offered_events_per_s": offered, "events": latency_events, "p50_ms": p50, "p99_ms": p99},
+        "latency": latency_series.iter().map(Series::to_json).collect::<Vec<_>>(),
         "resources": {
             "ingest": {"peak_rss_mib": ingest_usage.peak_rss_mib, "cpu_s_per_10k_events": ingest_usage.cpu_seconds / (w.events as f64) * 10_000.0},
             "deliver": {"peak_rss_mib": deliver_usage.peak_rss_mib, "cpu_s_per_10k_sends": deliver_usage.cpu_seconds / sends_measured.max(1.0) * 10_000.0},
         },
-        "growth": growth.iter().map(|(n, r)| json!({"events": n, "events_per_s": r})).collect::<Vec<_>>(),
+        "growth": growth.iter().map(|(n, r, p99)| json!({"events": n, "events_per_s": r, "ingest_commit_p99_ms": p99})).collect::<Vec<_>>(),
         "storage": storage_reports.iter().map(storage::Report::to_json).collect::<Vec<_>>(),
         "indexes": HOT_STATEMENTS.iter().map(|s| json!({"statement": s.name, "indexes": s.indexes})).collect::<Vec<_>>(),
         "duration_s": t0.elapsed().as_secs(),
@@ -303,11 +342,8 @@ async fn main() -> Result<()> {
     for t in &targets {
         writeln!(md, "{}", t.row())?;
     }
-    writeln!(
-        md,
-        "\nEnd-to-end (event produced -> attempt `accepted` recorded), {latency_events} events at {offered:.0}/s \
-         (half the measured capacity): p50 {p50:.0} ms, p99 {p99:.0} ms.\n"
-    )?;
+    writeln!(md)?;
+    write_latency(&mut md, &latency_series)?;
     writeln!(md, "| role | peak RSS MiB | CPU s per 10,000 |\n|---|---|---|")?;
     writeln!(
         md,
@@ -321,10 +357,10 @@ async fn main() -> Result<()> {
     )?;
     writeln!(
         md,
-        "\nGrowth (one ingest process, start to lag 0):\n\n| events on the topic | events/s |\n|---|---|"
+        "\nGrowth (one ingest process, start to lag 0):\n\n| events on the topic | events/s | ingest commit p99, ms |\n|---|---|---|"
     )?;
-    for (n, r) in &growth {
-        writeln!(md, "| {n} | {r:.0} |")?;
+    for (n, r, p99) in &growth {
+        writeln!(md, "| {n} | {r:.0} | {p99:.0} |")?;
     }
     writeln!(md)?;
     for r in &storage_reports {
@@ -381,6 +417,221 @@ fn write_storage_only(
     let json_path = out.join(format!("{date}-storage.json"));
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
     std::fs::write(out.join(format!("{date}-storage.md")), &md)?;
+    println!("{md}");
+    println!("bench: wrote {}", json_path.display());
+    Ok(())
+}
+
+/// The fixed offered rate of the latency measurement, beside half the capacity.
+const LATENCY_RATE: f64 = 1000.0;
+
+/// The runs at one offered rate.
+struct Series {
+    label: String,
+    runs: Vec<latency::Run>,
+}
+
+impl Series {
+    fn of<T>(&self, f: impl Fn(&latency::Run) -> T) -> Vec<T> {
+        self.runs.iter().map(f).collect()
+    }
+
+    fn figure(&self, name: &str, unit: &'static str, f: impl Fn(&latency::Run) -> f64) -> Figure {
+        let mut fig = Figure::new(format!("{} {name}", self.label), unit, "");
+        fig.runs = self.of(f);
+        fig
+    }
+
+    /// Each hop's p50 and p99 over the traced notifications of every run together.
+    fn hops(&self) -> Vec<(f64, f64)> {
+        (0..HOPS.len())
+            .map(|h| {
+                let all: Vec<f64> = self.runs.iter().flat_map(|r| r.hops[h].iter().copied()).collect();
+                (percentile(&all, 0.5), percentile(&all, 0.99))
+            })
+            .collect()
+    }
+
+    fn costs(&self) -> [Figure; 7] {
+        let per_10k = |s: f64, r: &latency::Run| s / r.notifications.max(1) as f64 * 10_000.0;
+        let per_one = |v: f64, r: &latency::Run| v / r.notifications.max(1) as f64;
+        [
+            self.figure("CPU s per 10k, Herald", "s", |r| per_10k(r.cost.herald_cpu_s, r)),
+            self.figure("CPU s per 10k, PostgreSQL", "s", |r| {
+                per_10k(r.cost.postgres_cpu_s, r)
+            }),
+            self.figure("CPU s per 10k, Kafka", "s", |r| per_10k(r.cost.kafka_cpu_s, r)),
+            self.figure("CPU s per 10k, machine", "s", |r| {
+                per_10k(r.cost.machine_cpu_s(), r)
+            }),
+            self.figure("WAL bytes per notification", "bytes", |r| {
+                per_one(r.cost.wal_bytes, r)
+            }),
+            self.figure("transactions per notification", "", |r| {
+                per_one(r.cost.transactions, r)
+            }),
+            self.figure("statements per notification", "", |r| {
+                per_one(r.cost.statements, r)
+            }),
+        ]
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        let p50 = self.figure("p50", "ms", |r| r.p50_ms);
+        let p99 = self.figure("p99", "ms", |r| r.p99_ms);
+        json!({
+            "label": self.label,
+            "p50_ms": p50.to_json(),
+            "p99_ms": p99.to_json(),
+            "hops": HOPS.iter().zip(self.hops()).map(|((name, what), (p50, p99))|
+                json!({"hop": name, "what": what, "p50_ms": p50, "p99_ms": p99})).collect::<Vec<_>>(),
+            "cost": self.costs().iter().map(Figure::to_json).collect::<Vec<_>>(),
+            "runs": self.of(latency::Run::to_json),
+        })
+    }
+}
+
+/// End-to-end latency and whole-machine cost at half the capacity and at 1,000 events/s.
+async fn latency_runs(endpoint: &str, half: f64, plan: &Plan, say: &impl Fn(&str)) -> Result<Vec<Series>> {
+    let mut all = Vec::new();
+    for (label, rate) in [
+        (format!("half capacity ({half:.0}/s)"), half),
+        (format!("{LATENCY_RATE:.0}/s"), LATENCY_RATE),
+    ] {
+        let mut series = Series {
+            label,
+            runs: Vec::new(),
+        };
+        for run in 0..plan.runs {
+            say(&format!(
+                "end to end at {rate:.0} events/s, run {}/{}",
+                run + 1,
+                plan.runs
+            ));
+            series
+                .runs
+                .push(latency::run(endpoint, rate, plan.latency_seconds).await?);
+        }
+        all.push(series);
+    }
+    Ok(all)
+}
+
+fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
+    writeln!(
+        md,
+        "End to end (event produced -> attempt `accepted` recorded; ingest, relay and deliver in one \
+         process with default settings), {} s of events per run:\n",
+        series
+            .first()
+            .and_then(|s| s.runs.first())
+            .map_or(0, |r| r.events as u64 / r.offered.max(1.0) as u64)
+    )?;
+    writeln!(md, "| offered | p50 ms, median (min-max) | p99 ms, median (min-max) | notifications per run |\n|---|---|---|---|")?;
+    for s in series {
+        let p50 = s.figure("p50", "ms", |r| r.p50_ms);
+        let p99 = s.figure("p99", "ms", |r| r.p99_ms);
+        writeln!(
+            md,
+            "| {} | {:.0} ({:.0}-{:.0}) | {:.0} ({:.0}-{:.0}) | {} |",
+            s.label,
+            p50.median(),
+            p50.min(),
+            p50.max(),
+            p99.median(),
+            p99.min(),
+            p99.max(),
+            s.runs.first().map_or(0, |r| r.notifications)
+        )?;
+    }
+    writeln!(
+        md,
+        "\nWhere the time goes, per hop, from the spans of the traced share (p50 / p99 ms):\n"
+    )?;
+    write!(md, "| hop | what |")?;
+    for s in series {
+        write!(md, " {} |", s.label)?;
+    }
+    writeln!(md, "\n|---|---|{}", "---|".repeat(series.len()))?;
+    let hops: Vec<Vec<(f64, f64)>> = series.iter().map(Series::hops).collect();
+    for (h, (name, what)) in HOPS.iter().enumerate() {
+        write!(md, "| {name} | {what} |")?;
+        for s in &hops {
+            write!(md, " {:.1} / {:.1} |", s[h].0, s[h].1)?;
+        }
+        writeln!(md)?;
+    }
+    write!(md, "| traced notifications | |")?;
+    for s in series {
+        write!(md, " {} |", s.runs.iter().map(|r| r.traced).sum::<usize>())?;
+    }
+    writeln!(
+        md,
+        "\n\nWhole-machine cost (Herald, PostgreSQL and Kafka processes; median (min-max) of the runs):\n"
+    )?;
+    write!(md, "| figure |")?;
+    for s in series {
+        write!(md, " {} |", s.label)?;
+    }
+    writeln!(md, "\n|---|{}", "---|".repeat(series.len()))?;
+    let costs: Vec<[Figure; 7]> = series.iter().map(Series::costs).collect();
+    for i in 0..7 {
+        let name = costs[0][i]
+            .name
+            .strip_prefix(&format!("{} ", series[0].label))
+            .unwrap_or(&costs[0][i].name)
+            .to_owned();
+        write!(md, "| {name} |")?;
+        for c in &costs {
+            let f = &c[i];
+            let digits = if f.median() >= 100.0 { 0 } else { 2 };
+            write!(
+                md,
+                " {:.*} ({:.*}-{:.*}) |",
+                digits,
+                f.median(),
+                digits,
+                f.min(),
+                digits,
+                f.max()
+            )?;
+        }
+        writeln!(md)?;
+    }
+    Ok(())
+}
+
+/// Half the capacity the last full run measured, from `DIR/latest.json`.
+fn recorded_half_capacity(out: &std::path::Path) -> Option<f64> {
+    let text = std::fs::read_to_string(out.join("latest.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let latency = v.get("latency")?;
+    match latency {
+        serde_json::Value::Array(series) => series
+            .first()?
+            .get("runs")?
+            .get(0)?
+            .get("offered_events_per_s")?
+            .as_f64(),
+        other => other.get("offered_events_per_s")?.as_f64(),
+    }
+}
+
+/// `--latency-only`: the latency and cost series alone, to `DIR/<date>-latency.json` and `.md`.
+fn write_latency_only(out: &std::path::Path, quick: bool, series: &[Series], t0: Instant) -> Result<()> {
+    let date = chrono::Utc::now().format("%Y-%m-%dT%H%M%SZ").to_string();
+    let json = json!({"date": date, "quick": quick, "provider_latency_ms": PROVIDER_LATENCY.as_millis() as u64,
+                      "latency": series.iter().map(Series::to_json).collect::<Vec<_>>(),
+                      "duration_s": t0.elapsed().as_secs()});
+    let mut md = format!(
+        "# Herald latency and cost {date}{}\n\n",
+        if quick { " (quick)" } else { "" }
+    );
+    write_latency(&mut md, series)?;
+    std::fs::create_dir_all(out)?;
+    let json_path = out.join(format!("{date}-latency.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(out.join(format!("{date}-latency.md")), &md)?;
     println!("{md}");
     println!("bench: wrote {}", json_path.display());
     Ok(())

@@ -18,7 +18,7 @@ async fn main() -> Result<()> {
     let w = Workload::new(events);
     let env = TestEnv::new("rate", "").await?;
     ingest::fill(&env, &w).await?;
-    let (rate, usage) = ingest::herald(&env, &w, 1).await?;
+    let ingest::IngestRun { rate, usage, .. } = ingest::herald(&env, &w, 1).await?;
     println!(
         "ingest-rate: batch_max_messages={batch}: {events} events ({} distinct orders, {} intents) at {rate:.0} events/s \
          from process start to lag 0; peak RSS {:.0} MiB, {:.1} CPU s",

@@ -1,0 +1,291 @@
+//! End to end, from an order event produced to its attempts `accepted` recorded, with
+//! ingest, relay and deliver in one process at a fixed offered rate: the percentiles over
+//! every notification (from the ledger), where the time goes hop by hop (from the spans
+//! of a sampled share of the traces, sent to an OTLP sink), and what the stretch cost the
+//! whole machine ([`super::cost`]).
+//!
+//! Herald runs with its default settings for every knob on the path (ingest linger, relay
+//! poll, delivery batching), not the test suite's: the figures are what a deployment gets.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Result};
+use chrono::Utc;
+use futures::future::join_all;
+use rdkafka::producer::FutureRecord;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::cost::{Cost, Meter};
+use super::delivery::UNTHROTTLED;
+use crate::kafka::producer;
+use crate::otlp::{OtlpSink, SpanSeen};
+use crate::samples::UniqueSeller;
+use crate::{seed_orders, EnvOptions, TestEnv};
+
+/// The share of traces Herald exports for the breakdown: enough for percentiles, little
+/// enough that exporting does not weigh on what is measured.
+const TRACE_RATIO: &str = "0.1";
+
+/// The hops of one notification's path, in order; their sum is the end-to-end time.
+pub const HOPS: [(&str, &str); 8] = [
+    (
+        "ingest wait",
+        "event produced -> ingest starts its batch (produce, fetch, batch linger)",
+    ),
+    ("ingest", "render, converge and commit the batch"),
+    (
+        "outbox to relay",
+        "intent committed -> relay starts publishing it",
+    ),
+    (
+        "relay publish",
+        "the produce to the deliveries topic, until acknowledged",
+    ),
+    (
+        "deliveries to take",
+        "acknowledged -> the delivery consumer takes the message",
+    ),
+    (
+        "claim and slot",
+        "taken -> provider call starts (claim batch, rate, send slot)",
+    ),
+    ("provider call", "the SES or SNS request"),
+    (
+        "record",
+        "provider answered -> attempt recorded and the message done",
+    ),
+];
+
+/// One run's results.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub offered: f64,
+    pub events: usize,
+    pub notifications: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Per hop (in [`HOPS`] order), each traced notification's milliseconds.
+    pub hops: Vec<Vec<f64>>,
+    pub traced: usize,
+    pub cost: Cost,
+}
+
+impl Run {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "offered_events_per_s": self.offered,
+            "events": self.events,
+            "notifications": self.notifications,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "traced_notifications": self.traced,
+            "hops": HOPS.iter().zip(&self.hops).map(|((name, what), v)| json!({
+                "hop": name, "what": what, "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99)})).collect::<Vec<_>>(),
+            "cost": self.cost.to_json(self.notifications as f64),
+        })
+    }
+}
+
+/// The `q` quantile of `values` (nearest rank), NaN when empty.
+pub fn percentile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// Offers `rate` order events per second for `seconds`, two notifications each, and
+/// waits until every one is accepted.
+pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
+    let sink = OtlpSink::start().await?;
+    let telemetry = format!(
+        "[telemetry]\ntraces_endpoint = \"{}\"\nsampling_ratio = {TRACE_RATIO}\n",
+        sink.traces_endpoint()
+    );
+    let env = TestEnv::with_options(
+        "latency",
+        &telemetry,
+        EnvOptions {
+            aws_endpoint: Some(endpoint.to_owned()),
+            on_unknown: "hold",
+            ..EnvOptions::default()
+        },
+    )
+    .await?;
+    let mut vars: Vec<(&str, &str)> = UNTHROTTLED.to_vec();
+    vars.extend([
+        // The test suite's faster settings, back to Herald's defaults.
+        ("HERALD_INGEST__BATCH_MAX_MESSAGES", "500"),
+        ("HERALD_RELAY__POLL_INTERVAL_MS", "1000"),
+        ("HERALD_DATABASE__POOL_SIZE", "16"),
+        // Spans leave every 200 ms, and none is dropped for a full queue.
+        ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "65536"),
+    ]);
+    let herald = env.spawn_roles("ingest,relay,deliver", "herald", &vars)?;
+    // One order through the whole path first: the consumer groups have joined, the
+    // connections are open. It is not among the measured ones (their ids start with `l`).
+    let seller = UniqueSeller::new();
+    seed_orders(&env, &seller, &["warm-up"]).await?;
+    env.wait_count(
+        "the warm-up order's notifications accepted",
+        "SELECT count(*) FROM notification_intents WHERE state = 'accepted'",
+        2,
+        Duration::from_secs(120),
+    )
+    .await?;
+    let pid = herald.pid().into_iter().collect::<Vec<_>>();
+    let mut meter = Meter::start(&env.database, &pid).await?;
+    let events = produce_paced(&env, rate, seconds).await?;
+    let notifications = events * 2;
+    env.wait_count(
+        "every notification accepted",
+        "SELECT count(*) FROM notification_intents WHERE state = 'accepted' AND order_id LIKE 'l%'",
+        notifications as i64,
+        Duration::from_secs(300),
+    )
+    .await?;
+    meter.herald_done()?;
+    let mut herald = herald;
+    herald.terminate(Duration::from_secs(30)).await?;
+    let cost = meter.end().await?;
+    let r = env
+        .db
+        .query_one(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
+             FROM (SELECT 1000 * extract(epoch FROM a.finished_at - i.occurred_at)::float8 AS ms
+                   FROM notification_attempts a JOIN notification_intents i ON i.id = a.intent_id
+                   WHERE a.outcome = 'accepted' AND i.order_id LIKE 'l%') t",
+            &[],
+        )
+        .await?;
+    let produced: HashMap<Uuid, f64> = env
+        .db
+        .query(
+            "SELECT id, 1000 * extract(epoch FROM occurred_at)::float8 FROM notification_intents WHERE order_id LIKE 'l%'",
+            &[],
+        )
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let received = sink
+        .settled(Duration::from_secs(2), Duration::from_secs(60))
+        .await?;
+    let paths: Vec<[f64; HOPS.len()]> = received
+        .traces
+        .values()
+        .flat_map(|spans| hops_of_trace(spans, &produced))
+        .collect();
+    env.cleanup().await;
+    let hops = (0..HOPS.len())
+        .map(|h| paths.iter().map(|p| p[h]).collect())
+        .collect();
+    Ok(Run {
+        offered: rate,
+        events,
+        notifications,
+        p50_ms: r.get(0),
+        p99_ms: r.get(1),
+        hops,
+        traced: paths.len(),
+        cost,
+    })
+}
+
+/// Produces `rate * seconds` orders of one seller, in ticks of 50 ms: each tick's events
+/// at once, then a sleep to the next tick, so the offered rate holds whatever the produce
+/// latency. `occurred_at` is the moment of producing.
+async fn produce_paced(env: &TestEnv, rate: f64, seconds: u64) -> Result<usize> {
+    let p = producer()?;
+    let topic = env.topic("order-events");
+    let total = (rate * seconds as f64) as usize;
+    let tick = Duration::from_millis(50);
+    let per_tick = ((rate * tick.as_secs_f64()).round() as usize).max(1);
+    let started = Instant::now();
+    let mut sent = 0;
+    let mut n = 0u64;
+    while sent < total {
+        let values: Vec<(String, Vec<u8>)> = (0..per_tick.min(total - sent))
+            .map(|_| {
+                n += 1;
+                let order = format!("l{n}");
+                let now = Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+                let v = json!({"event_id": format!("evt-{order}"), "event_kind": "order.created",
+                    "marketplace_id": "acme", "order_id": order, "seller_id": "seller-1",
+                    "occurred_at": now, "produced_at": now,
+                    "order": {"total": "12.00", "currency": "EUR", "item_count": 1}});
+                (order, v.to_string().into_bytes())
+            })
+            .collect();
+        let sends = values.iter().map(|(k, v)| {
+            p.send(
+                FutureRecord::to(&topic).key(k).payload(v),
+                Duration::from_secs(30),
+            )
+        });
+        for r in join_all(sends).await {
+            ensure!(r.is_ok(), "produce failed: {:?}", r.err());
+        }
+        sent += values.len();
+        let next = tick * (sent / per_tick) as u32;
+        tokio::time::sleep(next.saturating_sub(started.elapsed())).await;
+    }
+    Ok(total)
+}
+
+/// Each notification's hops in one trace: the path from the order's `process` span
+/// through its `converge intent`, the relay's `send`, the delivery consumer's `process`,
+/// the `attempt` and the provider call. A notification whose path is incomplete (a span
+/// still in an exporter's queue) is left out.
+fn hops_of_trace(spans: &[SpanSeen], produced_ms: &HashMap<Uuid, f64>) -> Vec<[f64; HOPS.len()]> {
+    let by_id: HashMap<&str, &SpanSeen> = spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let child = |parent: &SpanSeen, prefix: &str| {
+        spans
+            .iter()
+            .find(|s| s.parent_span_id == parent.span_id && s.name.starts_with(prefix))
+    };
+    let ms = |ns: u64| ns as f64 / 1e6;
+    spans
+        .iter()
+        .filter(|s| s.name == "converge intent")
+        .filter_map(|intent| {
+            let id: Uuid = intent.attributes.get("herald.intent.id")?.parse().ok()?;
+            let produced = *produced_ms.get(&id)?;
+            let ingest = by_id.get(intent.parent_span_id.as_str())?;
+            let send = child(intent, "send ")?;
+            let take = child(send, "process ")?;
+            let attempt = child(take, "attempt")?;
+            let call = spans.iter().find(|s| s.parent_span_id == attempt.span_id)?;
+            Some([
+                ms(ingest.start_ns) - produced,
+                ms(intent.end_ns) - ms(ingest.start_ns),
+                ms(send.start_ns) - ms(intent.end_ns),
+                ms(send.end_ns) - ms(send.start_ns),
+                ms(take.start_ns) - ms(send.end_ns),
+                ms(call.start_ns) - ms(take.start_ns),
+                ms(call.end_ns) - ms(call.start_ns),
+                ms(take.end_ns) - ms(call.end_ns),
+            ])
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+        assert!(percentile(&[], 0.5).is_nan());
+    }
+}
