@@ -9,16 +9,21 @@
 //! its share from before the stretch was counted among the live children at the start,
 //! so the difference is exact whichever way the backends come and go.
 //!
-//! Statements come from `pg_stat_statements` (the local stack preloads it), counted for
-//! Herald's database only; transactions from `pg_stat_database`. Backends publish their
-//! statistics at most once a second, and at exit: read [`Meter::end`] after Herald's
-//! processes have stopped, so that their last counts are in.
+//! CPU is read at the end of the stretch while Herald still runs ([`Meter::stretch_done`]),
+//! so Herald's shutdown is not in it, for any process. Statements come from
+//! `pg_stat_statements` (the local stack preloads it), counted for Herald's database only;
+//! transactions from `pg_stat_database`. Backends publish their transaction counts at most
+//! once a second, and at exit: [`Meter::end`] reads them once Herald's processes have
+//! stopped and their backends are gone. The driver's own queries on the database (its
+//! waits, a few per run) are in both counts.
+
+use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::json;
 use tokio_postgres::Client;
 
-use crate::{pg_connect, workspace_root, PG_ADMIN_URL};
+use crate::{pg_connect, wait_for, workspace_root, PG_ADMIN_URL};
 
 /// Ticks per second of `/proc/PID/stat` times (USER_HZ, 100 on Linux).
 const TICKS: f64 = 100.0;
@@ -42,16 +47,30 @@ fn own_seconds(pid: u32) -> Result<f64> {
     Ok((u + s) as f64 / TICKS)
 }
 
-/// CPU seconds of `pid`, its live children and the children it has reaped.
+/// CPU seconds of `pid`, its live children and the children it has reaped. A child reaped
+/// during the scan of `/proc` would be in neither sum: the reading is taken again if the
+/// reaped time moved meanwhile.
 fn tree_seconds(pid: u32) -> Result<f64> {
+    for _ in 0..10 {
+        let ([_, _, cu, cs], _) = stat(pid)?;
+        let seconds = tree_seconds_once(pid)?;
+        let ([_, _, cu_after, cs_after], _) = stat(pid)?;
+        if (cu, cs) == (cu_after, cs_after) {
+            return Ok(seconds);
+        }
+    }
+    bail!("the children of {pid} kept exiting during ten readings")
+}
+
+fn tree_seconds_once(pid: u32) -> Result<f64> {
     let ([u, s, cu, cs], _) = stat(pid)?;
     let mut ticks = u + s + cu + cs;
     for entry in std::fs::read_dir("/proc")?.flatten() {
         let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
             continue;
         };
-        // A child may exit between the listing and the read: it is then in `cutime` of
-        // the next reading, or it was too short-lived to matter to this one.
+        // A child that exits between the listing and the read is in the reaped time,
+        // which `tree_seconds` checks did not move.
         if let Ok(([u, s, cu, cs], parent)) = stat(child) {
             if parent == pid {
                 ticks += u + s + cu + cs;
@@ -92,124 +111,159 @@ impl Cost {
     }
 }
 
-struct Reading {
-    postgres_cpu_s: f64,
-    kafka_cpu_s: f64,
+/// CPU seconds of the three, at one moment.
+#[derive(Clone, Copy)]
+struct Cpu {
+    herald: f64,
+    postgres: f64,
+    kafka: f64,
+}
+
+/// PostgreSQL's counters, at one moment.
+struct Counters {
     wal_lsn: String,
     transactions: i64,
     statements: i64,
 }
 
-/// Measures one stretch: [`Meter::start`] before it, [`Meter::herald_done`] while
-/// Herald's processes still run, [`Meter::end`] after they stopped.
+/// Fails at once, with what to do, when PostgreSQL does not preload pg_stat_statements
+/// (a stack started before `deploy/local/postgres.sh` asked for it); creates the
+/// extension's view in the admin database otherwise.
+pub async fn check_statements_tracked(admin: &Client) -> Result<()> {
+    let preloaded: String = admin
+        .query_one("SHOW shared_preload_libraries", &[])
+        .await?
+        .get(0);
+    if !preloaded.contains("pg_stat_statements") {
+        bail!(
+            "PostgreSQL does not preload pg_stat_statements (it has {preloaded:?}): restart the \
+             local stack (make stack-down stack-up) so that it reads deploy/local/postgres.sh's settings"
+        );
+    }
+    admin
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .context("creating pg_stat_statements in the admin database")
+}
+
+/// Measures one stretch: [`Meter::start`] before it, [`Meter::stretch_done`] at its end
+/// while Herald's processes still run, [`Meter::end`] after they stopped.
 pub struct Meter {
     admin: Client,
     database: String,
     postmaster: u32,
     kafka: u32,
     herald: Vec<u32>,
-    herald_start: f64,
-    herald_cpu_s: Option<f64>,
-    start: Reading,
+    cpu_start: Cpu,
+    cpu_end: Option<Cpu>,
+    counters_start: Counters,
 }
 
 impl Meter {
     pub async fn start(database: &str, herald: &[u32]) -> Result<Self> {
         let admin = pg_connect(PG_ADMIN_URL).await?;
-        let preloaded: String = admin
-            .query_one("SHOW shared_preload_libraries", &[])
-            .await?
-            .get(0);
-        if !preloaded.contains("pg_stat_statements") {
-            bail!(
-                "PostgreSQL does not preload pg_stat_statements (it has {preloaded:?}): restart the \
-                 local stack (make stack-down stack-up) so that it reads deploy/local/postgres.sh's settings"
-            );
-        }
+        check_statements_tracked(&admin).await?;
+        // Only this database's entries, so none is evicted by other databases' during the
+        // stretch (the view holds 5,000 by default).
         admin
-            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            .await
-            .context("creating pg_stat_statements in the admin database")?;
+            .execute(
+                "SELECT pg_stat_statements_reset(0, (SELECT oid FROM pg_database WHERE datname = $1), 0)",
+                &[&database],
+            )
+            .await?;
         let backend: i32 = admin.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
         let (_, postmaster) = stat(backend as u32)?;
         let kafka = kafka_pid()?;
-        let mut herald_start = 0.0;
-        for &pid in herald {
-            herald_start += own_seconds(pid)?;
-        }
-        let mut meter = Self {
+        let herald = herald.to_vec();
+        let cpu_start = cpu(&herald, postmaster, kafka)?;
+        let counters_start = counters(&admin, database).await?;
+        Ok(Self {
             admin,
             database: database.to_owned(),
             postmaster,
             kafka,
-            herald: herald.to_vec(),
-            herald_start,
-            herald_cpu_s: None,
-            start: Reading {
-                postgres_cpu_s: 0.0,
-                kafka_cpu_s: 0.0,
-                wal_lsn: String::new(),
-                transactions: 0,
-                statements: 0,
-            },
-        };
-        meter.start = meter.read().await?;
-        Ok(meter)
+            herald,
+            cpu_start,
+            cpu_end: None,
+            counters_start,
+        })
     }
 
-    /// Herald's CPU, read while its processes still run (afterwards their time is the
-    /// driver's reaped time, mixed with everything else it ran).
-    pub fn herald_done(&mut self) -> Result<()> {
-        let mut now = 0.0;
-        for &pid in &self.herald {
-            now += own_seconds(pid)?;
-        }
-        self.herald_cpu_s = Some(now - self.herald_start);
+    /// The end of the stretch, read while Herald's processes still run (afterwards their
+    /// time is the driver's reaped time, mixed with everything else it ran).
+    pub fn stretch_done(&mut self) -> Result<()> {
+        self.cpu_end = Some(cpu(&self.herald, self.postmaster, self.kafka)?);
         Ok(())
     }
 
+    /// Once Herald's processes have stopped: waits until their backends are gone (their
+    /// last counts published), then reads the counters.
     pub async fn end(self) -> Result<Cost> {
-        let herald_cpu_s = self
-            .herald_cpu_s
-            .context("Meter::herald_done was not called before Meter::end")?;
-        let end = self.read().await?;
+        let cpu_end = self
+            .cpu_end
+            .context("Meter::stretch_done was not called before Meter::end")?;
+        wait_for("Herald's backends to exit", Duration::from_secs(30), || async {
+            let n: i64 = self
+                .admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'herald'",
+                    &[&self.database],
+                )
+                .await?
+                .get(0);
+            Ok((n == 0).then_some(()))
+        })
+        .await?;
+        let end = counters(&self.admin, &self.database).await?;
         let wal_bytes: f64 = self
             .admin
             .query_one(
                 "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::float8",
-                &[&end.wal_lsn, &self.start.wal_lsn],
+                &[&end.wal_lsn, &self.counters_start.wal_lsn],
             )
             .await?
             .get(0);
         Ok(Cost {
-            herald_cpu_s,
-            postgres_cpu_s: end.postgres_cpu_s - self.start.postgres_cpu_s,
-            kafka_cpu_s: end.kafka_cpu_s - self.start.kafka_cpu_s,
+            herald_cpu_s: cpu_end.herald - self.cpu_start.herald,
+            postgres_cpu_s: cpu_end.postgres - self.cpu_start.postgres,
+            kafka_cpu_s: cpu_end.kafka - self.cpu_start.kafka,
             wal_bytes,
-            transactions: (end.transactions - self.start.transactions) as f64,
-            statements: (end.statements - self.start.statements) as f64,
+            transactions: (end.transactions - self.counters_start.transactions) as f64,
+            statements: (end.statements - self.counters_start.statements) as f64,
         })
     }
+}
 
-    async fn read(&self) -> Result<Reading> {
-        let row = self
-            .admin
-            .query_one(
-                "SELECT pg_current_wal_lsn()::text,
-                        (SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database WHERE datname = $1),
-                        (SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements s
-                           JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1)",
-                &[&self.database],
-            )
-            .await?;
-        Ok(Reading {
-            postgres_cpu_s: tree_seconds(self.postmaster)?,
-            kafka_cpu_s: own_seconds(self.kafka)?,
-            wal_lsn: row.get(0),
-            transactions: row.get::<_, Option<i64>>(1).unwrap_or(0),
-            statements: row.get(2),
-        })
+fn cpu(herald: &[u32], postmaster: u32, kafka: u32) -> Result<Cpu> {
+    let mut h = 0.0;
+    for &pid in herald {
+        h += own_seconds(pid)?;
     }
+    Ok(Cpu {
+        herald: h,
+        postgres: tree_seconds(postmaster)?,
+        kafka: own_seconds(kafka)?,
+    })
+}
+
+async fn counters(admin: &Client, database: &str) -> Result<Counters> {
+    // pg_stat_clear_snapshot: a fresh read of the cumulative statistics, not the
+    // transaction's cached one.
+    admin.batch_execute("SELECT pg_stat_clear_snapshot()").await?;
+    let row = admin
+        .query_one(
+            "SELECT pg_current_wal_insert_lsn()::text,
+                    (SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database WHERE datname = $1),
+                    (SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_statements s
+                       JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = $1)",
+            &[&database],
+        )
+        .await?;
+    Ok(Counters {
+        wal_lsn: row.get(0),
+        transactions: row.get::<_, Option<i64>>(1).unwrap_or(0),
+        statements: row.get(2),
+    })
 }
 
 /// The local broker's pid, from the pidfile `deploy/local/kafka.sh` keeps.

@@ -16,7 +16,7 @@ use herald_store::plans::HOT_STATEMENTS;
 use integration_tests::bench::ingest::{self, Workload};
 use integration_tests::bench::latency::{self, percentile, HOPS};
 use integration_tests::bench::procstat::Usage;
-use integration_tests::bench::{delivery, floor, storage, Figure, Target};
+use integration_tests::bench::{cost, delivery, floor, storage, Figure, Target};
 use integration_tests::{standin, TestEnv};
 use serde_json::json;
 
@@ -84,6 +84,9 @@ async fn main() -> Result<()> {
     let plan = Plan::new(quick);
     let t0 = Instant::now();
     let say = |s: &str| eprintln!("bench [{:>4}s] {s}", t0.elapsed().as_secs());
+    // The cost measurement needs pg_stat_statements: find out now, not after half an hour.
+    cost::check_statements_tracked(&integration_tests::pg_connect(integration_tests::PG_ADMIN_URL).await?)
+        .await?;
     if args.iter().any(|a| a == "--latency-only") {
         let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
         let half = recorded_half_capacity(&out).unwrap_or(LATENCY_RATE);
