@@ -58,6 +58,9 @@ pub struct Run {
     pub p99_ms: f64,
     /// Per hop (in [`HOPS`] order), each traced notification's milliseconds.
     pub hops: Vec<Vec<f64>>,
+    /// Each traced notification's whole path (the sum of its hops), to compare with the
+    /// ledger's percentiles: the traced share is whole batches, so its tail can differ.
+    pub traced_paths: Vec<f64>,
     pub traced: usize,
     pub cost: Cost,
 }
@@ -71,6 +74,8 @@ impl Run {
             "p50_ms": self.p50_ms,
             "p99_ms": self.p99_ms,
             "traced_notifications": self.traced,
+            "traced_p50_ms": percentile(&self.traced_paths, 0.5),
+            "traced_p99_ms": percentile(&self.traced_paths, 0.99),
             "hops": HOPS.iter().zip(&self.hops).map(|((name, what), v)| json!({
                 "hop": name, "what": what, "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99)})).collect::<Vec<_>>(),
             "cost": self.cost.to_json(self.notifications as f64),
@@ -194,6 +199,7 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
         p50_ms: r.get(0),
         p99_ms: r.get(1),
         hops,
+        traced_paths: paths.iter().map(|p| p.iter().sum()).collect(),
         traced: paths.len(),
         cost,
     })

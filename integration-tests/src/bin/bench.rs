@@ -1,4 +1,4 @@
-//! `herald-bench [--quick] [--storage-only | --latency-only] [--out DIR]`: the benchmark behind `make bench` (and
+//! `herald-bench [--quick] [--storage-only | --latency-only] [--growth N,N...] [--out DIR]`: the benchmark behind `make bench` (and
 //! `make bench-quick`). On the real local stack, side by side in one run: ingest against
 //! a do-nothing Kafka consumer, Herald's own statements without Kafka and the naive
 //! one-transaction-per-event loop; delivery against the Little's-law limit of a 50 ms
@@ -81,7 +81,20 @@ async fn main() -> Result<()> {
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1))
         .map_or_else(|| PathBuf::from("bench/results"), PathBuf::from);
-    let plan = Plan::new(quick);
+    let mut plan = Plan::new(quick);
+    // `--growth 10000,100000`: other sizes for the growth series (the full one reaches 5
+    // million events, about half an hour of the run).
+    if let Some(list) = args
+        .iter()
+        .position(|a| a == "--growth")
+        .and_then(|i| args.get(i + 1))
+    {
+        plan.growth = list
+            .split(',')
+            .map(|n| n.trim().parse())
+            .collect::<Result<_, _>>()
+            .map_err(|e| anyhow::anyhow!("--growth {list}: {e}"))?;
+    }
     let t0 = Instant::now();
     let say = |s: &str| eprintln!("bench [{:>4}s] {s}", t0.elapsed().as_secs());
     // The cost measurement needs pg_stat_statements: find out now, not after half an hour.
@@ -564,7 +577,21 @@ fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
         }
         writeln!(md)?;
     }
-    write!(md, "| traced notifications | |")?;
+    write!(md, "| whole path of the traced | the sum of the hops |")?;
+    for s in series {
+        let all: Vec<f64> = s
+            .runs
+            .iter()
+            .flat_map(|r| r.traced_paths.iter().copied())
+            .collect();
+        write!(
+            md,
+            " {:.1} / {:.1} |",
+            percentile(&all, 0.5),
+            percentile(&all, 0.99)
+        )?;
+    }
+    write!(md, "\n| traced notifications | whole batches, 10% of them |")?;
     for s in series {
         write!(md, " {} |", s.runs.iter().map(|r| r.traced).sum::<usize>())?;
     }
