@@ -36,7 +36,7 @@ def main():
     written = []
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    bars(ax, figs, ["limit_kafka", "limit_pg", "naive", "herald ingest", "herald ingest x2"],
+    bars(ax, figs, ["limit_kafka", "limit_pg", "floor_pg", "naive", "herald ingest", "herald ingest x2"],
          f"Ingest, {result['workload']['events']:,} events (median, min-max)", "events/s")
     fig.tight_layout()
     written.append(("ingest", fig))
