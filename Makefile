@@ -39,7 +39,7 @@ help:
 	@echo "make audit         cargo deny: known vulnerabilities (needs the network)"
 	@echo "make chaos         the reliability scenarios, long version (short one: part of make test)"
 	@echo "make fuzz          each fuzz target for FUZZ_SECONDS (default 60)"
-	@echo "make bench         the full benchmark (about 45 min): bench/results/, BENCHMARKS.md"
+	@echo "make bench         the full benchmark (12 min to 1M events; the 5M growth step adds more): bench/results/, BENCHMARKS.md"
 	@echo "make bench-quick   one size of each measurement"
 	@echo "make bench-latency end-to-end latency by hop and whole-machine cost alone (about 4 min)"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"

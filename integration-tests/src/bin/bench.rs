@@ -360,6 +360,7 @@ async fn main() -> Result<()> {
     }
     writeln!(md)?;
     write_latency(&mut md, &latency_series)?;
+    writeln!(md)?;
     writeln!(md, "| role | peak RSS MiB | CPU s per 10,000 |\n|---|---|---|")?;
     writeln!(
         md,
