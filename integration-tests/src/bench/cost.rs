@@ -23,27 +23,15 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::json;
 use tokio_postgres::Client;
 
+use super::procstat::cpu_ticks;
 use crate::{pg_connect, wait_for, workspace_root, PG_ADMIN_URL};
 
 /// Ticks per second of `/proc/PID/stat` times (USER_HZ, 100 on Linux).
 const TICKS: f64 = 100.0;
 
-/// utime, stime, cutime and cstime of `pid`, and its parent's pid.
-fn stat(pid: u32) -> Result<([u64; 4], u32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // Fields after the command name (which may hold spaces, inside parentheses): the
-    // state is the first, the parent the second, utime..cstime the 12th to the 15th.
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("malformed stat")?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    ensure!(f.len() > 14, "short /proc/{pid}/stat");
-    let n = |i: usize| f[i].parse::<u64>().unwrap_or(0);
-    Ok(([n(11), n(12), n(13), n(14)], n(1) as u32))
-}
-
 /// CPU seconds of `pid` itself (all its threads).
 fn own_seconds(pid: u32) -> Result<f64> {
-    let ([u, s, _, _], _) = stat(pid)?;
+    let ([u, s, _, _], _) = cpu_ticks(pid)?;
     Ok((u + s) as f64 / TICKS)
 }
 
@@ -52,9 +40,9 @@ fn own_seconds(pid: u32) -> Result<f64> {
 /// reaped time moved meanwhile.
 fn tree_seconds(pid: u32) -> Result<f64> {
     for _ in 0..10 {
-        let ([_, _, cu, cs], _) = stat(pid)?;
+        let ([_, _, cu, cs], _) = cpu_ticks(pid)?;
         let seconds = tree_seconds_once(pid)?;
-        let ([_, _, cu_after, cs_after], _) = stat(pid)?;
+        let ([_, _, cu_after, cs_after], _) = cpu_ticks(pid)?;
         if (cu, cs) == (cu_after, cs_after) {
             return Ok(seconds);
         }
@@ -63,7 +51,7 @@ fn tree_seconds(pid: u32) -> Result<f64> {
 }
 
 fn tree_seconds_once(pid: u32) -> Result<f64> {
-    let ([u, s, cu, cs], _) = stat(pid)?;
+    let ([u, s, cu, cs], _) = cpu_ticks(pid)?;
     let mut ticks = u + s + cu + cs;
     for entry in std::fs::read_dir("/proc")?.flatten() {
         let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
@@ -71,7 +59,7 @@ fn tree_seconds_once(pid: u32) -> Result<f64> {
         };
         // A child that exits between the listing and the read is in the reaped time,
         // which `tree_seconds` checks did not move.
-        if let Ok(([u, s, cu, cs], parent)) = stat(child) {
+        if let Ok(([u, s, cu, cs], parent)) = cpu_ticks(child) {
             if parent == pid {
                 ticks += u + s + cu + cs;
             }
@@ -172,7 +160,7 @@ impl Meter {
             )
             .await?;
         let backend: i32 = admin.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
-        let (_, postmaster) = stat(backend as u32)?;
+        let (_, postmaster) = cpu_ticks(backend as u32)?;
         let kafka = kafka_pid()?;
         let herald = herald.to_vec();
         let cpu_start = cpu(&herald, postmaster, kafka)?;

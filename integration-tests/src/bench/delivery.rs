@@ -125,6 +125,19 @@ pub async fn herald(
     Ok((intents as f64 / span, usage))
 }
 
+/// The retry policy of both channels when the bench calls Herald's claim and record
+/// statements itself (the test configuration's backoffs, `unknown` held).
+pub(super) fn policies() -> ChannelPolicies {
+    let policy = RetryPolicy {
+        max_attempts: 5,
+        base_backoff: Duration::from_millis(200),
+        max_backoff: Duration::from_secs(1),
+        on_unknown: UnknownPolicy::Hold,
+        evidence_window: None,
+    };
+    Channel::ALL.iter().map(|c| (*c, policy)).collect()
+}
+
 /// The usual at-least-once consumer loop, one attempt at a time: receive a delivery
 /// message, claim its intent (Herald's statement), send it (Herald's SES/SNS senders),
 /// record the outcome (Herald's statement), commit the offset synchronously, receive the
@@ -142,14 +155,7 @@ pub async fn sequential(env: &TestEnv, endpoint: &str, intents: i64) -> Result<f
         }),
     };
     let (email, sms) = (SesSender::new(&settings).await, SnsSender::new(&settings).await);
-    let policy = RetryPolicy {
-        max_attempts: 5,
-        base_backoff: Duration::from_millis(200),
-        max_backoff: Duration::from_secs(1),
-        on_unknown: UnknownPolicy::Hold,
-        evidence_window: None,
-    };
-    let policies: ChannelPolicies = Channel::ALL.iter().map(|c| (*c, policy)).collect();
+    let policies = policies();
     let consumer = reader(&env.group("bench-sequential"), &env.topic("herald.deliveries"))?;
     let lease = Duration::from_secs(60);
     let started = Instant::now();

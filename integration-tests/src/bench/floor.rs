@@ -15,14 +15,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Result};
 use futures::pin_mut;
-use herald_core::retry::{NextState, RetryPolicy, UnknownPolicy};
-use herald_core::{AttemptOutcome, Channel};
-use herald_store::delivery::{ChannelPolicies, ClaimOutcome, ClaimRequest, ClaimTry};
+use herald_core::retry::NextState;
+use herald_core::AttemptOutcome;
+use herald_store::delivery::{ClaimOutcome, ClaimRequest, ClaimTry};
 use herald_store::IngestTx;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{Json, ToSql, Type};
 use uuid::Uuid;
 
+use super::delivery;
 use super::ingest::{self, Workload};
 use crate::{pg_connect, TestEnv};
 
@@ -191,14 +192,7 @@ pub async fn delivery_statements(env: &TestEnv, batch: usize) -> Result<f64> {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    let policy = RetryPolicy {
-        max_attempts: 5,
-        base_backoff: Duration::from_millis(200),
-        max_backoff: Duration::from_secs(1),
-        on_unknown: UnknownPolicy::Hold,
-        evidence_window: None,
-    };
-    let policies: ChannelPolicies = Channel::ALL.iter().map(|c| (*c, policy)).collect();
+    let policies = delivery::policies();
     let lease = Duration::from_secs(60);
     let started = Instant::now();
     for chunk in ids.chunks(batch) {

@@ -254,10 +254,16 @@ async fn produce_paced(env: &TestEnv, rate: f64, seconds: u64) -> Result<usize> 
 /// still in an exporter's queue) is left out.
 fn hops_of_trace(spans: &[SpanSeen], produced_ms: &HashMap<Uuid, f64>) -> Vec<[f64; HOPS.len()]> {
     let by_id: HashMap<&str, &SpanSeen> = spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let mut children: HashMap<&str, Vec<&SpanSeen>> = HashMap::new();
+    for s in spans {
+        children.entry(s.parent_span_id.as_str()).or_default().push(s);
+    }
     let child = |parent: &SpanSeen, prefix: &str| {
-        spans
+        children
+            .get(parent.span_id.as_str())?
             .iter()
-            .find(|s| s.parent_span_id == parent.span_id && s.name.starts_with(prefix))
+            .copied()
+            .find(|s| s.name.starts_with(prefix))
     };
     let ms = |ns: u64| ns as f64 / 1e6;
     spans

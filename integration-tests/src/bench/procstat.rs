@@ -19,23 +19,27 @@ pub fn status_kib(pid: u32, field: &str) -> Result<f64> {
         .with_context(|| format!("no {field} in /proc/{pid}/status"))
 }
 
+/// utime, stime, cutime and cstime of `pid` (in ticks of USER_HZ, 100 on Linux), and
+/// its parent's pid, from `/proc/PID/stat`.
+pub fn cpu_ticks(pid: u32) -> Result<([u64; 4], u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces, inside parentheses): the
+    // state is the first, the parent the second, utime..cstime the 12th to the 15th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("malformed stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    anyhow::ensure!(f.len() > 14, "short /proc/{pid}/stat");
+    let n = |i: usize| f[i].parse::<u64>().unwrap_or(0);
+    Ok(([n(11), n(12), n(13), n(14)], n(1) as u32))
+}
+
 /// `VmHWM` (peak resident set) and utime + stime of `pid`, read while it still runs.
 pub fn usage(pid: u32) -> Result<Usage> {
     let hwm_kib = status_kib(pid, "VmHWM")?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).context("reading /proc stat")?;
-    // Fields after the command name (which may hold spaces, inside parentheses).
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).context("malformed stat")?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 12 and 13 after the name.
-    let ticks: f64 = fields
-        .get(11..13)
-        .context("short stat")?
-        .iter()
-        .map(|v| v.parse::<f64>().unwrap_or(0.0))
-        .sum();
+    let ([utime, stime, _, _], _) = cpu_ticks(pid)?;
     // USER_HZ is 100 on Linux.
     Ok(Usage {
         peak_rss_mib: hwm_kib / 1024.0,
-        cpu_seconds: ticks / 100.0,
+        cpu_seconds: (utime + stime) as f64 / 100.0,
     })
 }
