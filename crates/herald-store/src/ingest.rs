@@ -22,10 +22,14 @@ use uuid::Uuid;
 use crate::holds::{self, Decided, HeldIntent, Release};
 use crate::{sellers, templates, Connection, Result};
 
-/// Intents already holding some of a batch's keys (notification_intents_idempotency_key).
-pub(crate) const EXISTING_BY_IDEMPOTENCY_KEY: &str =
-    "SELECT idempotency_key, id, request_fingerprint FROM notification_intents
-     WHERE idempotency_key = ANY($1::text[])";
+/// Intents already holding some of a batch's business keys (notification_intents_business_key;
+/// the idempotency key derived from it has no index of its own, migrations/V12).
+pub(crate) const EXISTING_BY_BUSINESS_KEY: &str =
+    "SELECT i.idempotency_key, i.id, i.request_fingerprint
+     FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(marketplace_id, order_id, event_kind, channel)
+     JOIN notification_intents i
+       ON i.marketplace_id = k.marketplace_id AND i.order_id = k.order_id
+      AND i.event_kind = k.event_kind AND i.channel = k.channel";
 
 /// Where a message came from, kept on the intent and on a conflict as evidence.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,7 +221,8 @@ impl<'a> IngestTx<'a> {
             .map(|(n, _)| (n, Uuid::now_v7()))
             .collect();
         // Two ingest instances inserting overlapping keys take the unique-index locks in
-        // the same order, so they wait for each other instead of deadlocking.
+        // the same order (any order both derive from the keys alone), so they wait for each
+        // other instead of deadlocking.
         candidates.sort_by(|a, b| intents[a.0].idempotency_key.cmp(&intents[b.0].idempotency_key));
         let created = self.insert_intents(intents, &candidates).await?;
         self.insert_holds(intents, &candidates, &created).await?;
@@ -227,11 +232,11 @@ impl<'a> IngestTx<'a> {
             .filter(|(_, id)| created.contains_key(id))
             .copied()
             .collect();
-        let others: Vec<&str> = intents
+        let others: Vec<&BusinessKey> = intents
             .iter()
             .enumerate()
             .filter(|(n, _)| !created_at.contains_key(n))
-            .map(|(_, i)| i.idempotency_key.as_str())
+            .map(|(_, i)| &i.key)
             .collect();
         let existing = self.existing(&others).await?;
 
@@ -399,12 +404,23 @@ impl<'a> IngestTx<'a> {
         Ok(())
     }
 
-    async fn existing(&self, keys: &[&str]) -> Result<HashMap<String, (Uuid, String)>> {
+    /// The intents holding `keys`, by idempotency key: (id, request fingerprint).
+    async fn existing(&self, keys: &[&BusinessKey]) -> Result<HashMap<String, (Uuid, String)>> {
         if keys.is_empty() {
             return Ok(HashMap::new());
         }
-        // notification_intents_idempotency_key
-        let rows = self.tx.query(EXISTING_BY_IDEMPOTENCY_KEY, &[&keys]).await?;
+        let marketplaces: Vec<&str> = keys.iter().map(|k| k.marketplace_id.as_str()).collect();
+        let orders: Vec<&str> = keys.iter().map(|k| k.order_id.as_str()).collect();
+        let kinds: Vec<&str> = keys.iter().map(|k| k.event_kind.as_str()).collect();
+        let channels: Vec<&str> = keys.iter().map(|k| k.channel.as_str()).collect();
+        // notification_intents_business_key
+        let rows = self
+            .tx
+            .query(
+                EXISTING_BY_BUSINESS_KEY,
+                &[&marketplaces, &orders, &kinds, &channels],
+            )
+            .await?;
         Ok(rows
             .into_iter()
             .map(|r| (r.get(0), (r.get(1), r.get(2))))

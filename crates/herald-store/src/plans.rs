@@ -24,9 +24,16 @@ fn texts() -> Vec<String> {
 pub const HOT_STATEMENTS: &[HotStatement] = &[
     HotStatement {
         name: "ingest: intents already holding a batch's keys",
-        sql: crate::ingest::EXISTING_BY_IDEMPOTENCY_KEY,
-        indexes: &["notification_intents_idempotency_key"],
-        params: || vec![Box::new(texts())],
+        sql: crate::ingest::EXISTING_BY_BUSINESS_KEY,
+        indexes: &["notification_intents_business_key"],
+        params: || {
+            vec![
+                Box::new(texts()),
+                Box::new(texts()),
+                Box::new(texts()),
+                Box::new(texts()),
+            ]
+        },
     },
     HotStatement {
         name: "ingest: the batch's seller profiles",

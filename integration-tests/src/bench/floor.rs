@@ -100,7 +100,9 @@ const CONFLICTS: &str = "INSERT INTO intent_conflicts
          source_topic, source_partition, source_offset)
     SELECT i.id, i.request_fingerprint, s.request_fingerprint, s.event_id, s.event,
            s.source_topic, s.source_partition, s.source_offset
-    FROM floor_staging s JOIN notification_intents i ON i.idempotency_key = s.idempotency_key
+    FROM floor_staging s JOIN notification_intents i
+      ON i.marketplace_id = s.marketplace_id AND i.order_id = s.order_id
+     AND i.event_kind = s.event_kind AND i.channel = s.channel
     WHERE i.request_fingerprint <> s.request_fingerprint
     ON CONFLICT ON CONSTRAINT intent_conflicts_source DO NOTHING";
 

@@ -1,0 +1,11 @@
+-- The idempotency key is blake3 of the business key's four parts (herald-core, keys.rs), so
+-- notification_intents_business_key already makes it unique. Its own UNIQUE btree cost the
+-- hot path more than any other index (BENCHMARKS.md, issue 19): 64 hex characters per
+-- entry at a random place in the index, written for every new intent and again at every
+-- claim and record (those updates change `state`, so they are not HOT and every index gets
+-- a new entry), each first touch of a page after a checkpoint a full-page image in the WAL.
+-- Ingest now finds a batch's existing intents by the business key's index; `herald intent
+-- show` by key reads the business key too.
+--
+-- Dropping the constraint takes a brief exclusive lock and rewrites nothing.
+ALTER TABLE notification_intents DROP CONSTRAINT IF EXISTS notification_intents_idempotency_key;
