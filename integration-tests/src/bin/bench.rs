@@ -525,9 +525,21 @@ async fn latency_runs(endpoint: &str, half: f64, plan: &Plan, say: &impl Fn(&str
                 run + 1,
                 plan.runs
             ));
-            series
-                .runs
-                .push(latency::run(endpoint, rate, plan.latency_seconds).await?);
+            let r = latency::run(endpoint, rate, plan.latency_seconds).await?;
+            let slowest: Vec<String> = r
+                .slowest_seconds
+                .iter()
+                .map(|(t, n, p99)| format!("{t} UTC ({n} notifications, p99 {p99:.0} ms)"))
+                .collect();
+            say(&format!(
+                "p50 {:.0} ms, p99 {:.0} ms (the start's first {} s: p99 {:.0} ms); slowest seconds: {}",
+                r.p50_ms,
+                r.p99_ms,
+                latency::WARMUP_SECONDS,
+                r.warmup_p99_ms,
+                slowest.join(", ")
+            ));
+            series.runs.push(r);
         }
         all.push(series);
     }
@@ -544,13 +556,20 @@ fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
             .and_then(|s| s.runs.first())
             .map_or(0, |r| r.events as u64 / r.offered.max(1.0) as u64)
     )?;
-    writeln!(md, "| offered | p50 ms, median (min-max) | p99 ms, median (min-max) | notifications per run |\n|---|---|---|---|")?;
+    writeln!(
+        md,
+        "| offered | p50 ms, median (min-max) | p99 ms, median (min-max) | notifications per run | \
+         the first {} s after the start: p50 / p99 ms, median |\n|---|---|---|---|---|",
+        latency::WARMUP_SECONDS
+    )?;
     for s in series {
         let p50 = s.figure("p50", "ms", |r| r.p50_ms);
         let p99 = s.figure("p99", "ms", |r| r.p99_ms);
+        let start_p50 = s.figure("warmup p50", "ms", |r| r.warmup_p50_ms);
+        let start_p99 = s.figure("warmup p99", "ms", |r| r.warmup_p99_ms);
         writeln!(
             md,
-            "| {} | {:.0} ({:.0}-{:.0}) | {:.0} ({:.0}-{:.0}) | {} |",
+            "| {} | {:.0} ({:.0}-{:.0}) | {:.0} ({:.0}-{:.0}) | {} | {:.0} / {:.0} |",
             s.label,
             p50.median(),
             p50.min(),
@@ -558,7 +577,9 @@ fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
             p99.median(),
             p99.min(),
             p99.max(),
-            s.runs.first().map_or(0, |r| r.notifications)
+            s.runs.first().map_or(0, |r| r.notifications),
+            start_p50.median(),
+            start_p99.median()
         )?;
     }
     writeln!(
