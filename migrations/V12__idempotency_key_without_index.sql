@@ -1,11 +1,15 @@
 -- The idempotency key is blake3 of the business key's four parts (herald-core, keys.rs), so
--- notification_intents_business_key already makes it unique. Its own UNIQUE btree cost the
--- hot path more than any other index (BENCHMARKS.md, issue 19): 64 hex characters per
+-- notification_intents_business_key already makes it unique. Its own UNIQUE btree, which
+-- nothing needed, cost the hot path (BENCHMARKS.md, issue 19): 64 hex characters per
 -- entry at a random place in the index, written for every new intent and again at every
 -- claim and record (those updates change `state`, so they are not HOT and every index gets
 -- a new entry), each first touch of a page after a checkpoint a full-page image in the WAL.
 -- Ingest now finds a batch's existing intents by the business key's index; `herald intent
 -- show` by key reads the business key too.
 --
--- Dropping the constraint takes a brief exclusive lock and rewrites nothing.
+-- Dropping the constraint rewrites nothing, but takes an ACCESS EXCLUSIVE lock on
+-- notification_intents for a moment: behind a long-running transaction on the table it
+-- waits, and ingest and delivery wait behind it. Run `herald migrate` when no such
+-- transaction is open (pg_stat_activity), or give the owner role a lock_timeout first
+-- (ALTER ROLE ... SET lock_timeout = '5s') and run it again if it times out.
 ALTER TABLE notification_intents DROP CONSTRAINT IF EXISTS notification_intents_idempotency_key;

@@ -25,7 +25,7 @@ use crate::{sellers, templates, Connection, Result};
 /// Intents already holding some of a batch's business keys (notification_intents_business_key;
 /// the idempotency key derived from it has no index of its own, migrations/V12).
 pub(crate) const EXISTING_BY_BUSINESS_KEY: &str =
-    "SELECT i.idempotency_key, i.id, i.request_fingerprint
+    "SELECT i.marketplace_id, i.order_id, i.event_kind, i.channel, i.id, i.request_fingerprint
      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(marketplace_id, order_id, event_kind, channel)
      JOIN notification_intents i
        ON i.marketplace_id = k.marketplace_id AND i.order_id = k.order_id
@@ -250,15 +250,12 @@ impl<'a> IngestTx<'a> {
                 });
                 continue;
             }
-            let (id, fingerprint) = existing
-                .get(intent.idempotency_key.as_str())
-                .cloned()
-                .ok_or_else(|| {
-                    crate::StoreError::Corrupt(format!(
-                        "intent {} vanished within the ingest transaction",
-                        intent.key
-                    ))
-                })?;
+            let (id, fingerprint) = existing.get(&intent.key).cloned().ok_or_else(|| {
+                crate::StoreError::Corrupt(format!(
+                    "intent {} vanished within the ingest transaction",
+                    intent.key
+                ))
+            })?;
             if fingerprint == intent.fingerprint.as_str() {
                 results.push(Convergence::Duplicate { intent_id: id });
             } else {
@@ -306,7 +303,7 @@ impl<'a> IngestTx<'a> {
         for (n, id) in candidates {
             c.push(*id, &intents[*n]);
         }
-        // notification_intents_business_key / _idempotency_key: DO NOTHING leaves a
+        // notification_intents_business_key: DO NOTHING leaves a
         // known key to the comparison in `converge`. next_attempt_at is now() for a
         // sendable intent: it is due at once. An observe-mode intent is frozen `observed`,
         // with no outbox row and no due time: nothing ever sends it. A held intent gets no payload, revision or
@@ -404,8 +401,10 @@ impl<'a> IngestTx<'a> {
         Ok(())
     }
 
-    /// The intents holding `keys`, by idempotency key: (id, request fingerprint).
-    async fn existing(&self, keys: &[&BusinessKey]) -> Result<HashMap<String, (Uuid, String)>> {
+    /// The intents holding `keys`: (id, request fingerprint) by business key, the key the
+    /// schema makes unique (not the idempotency key derived from it, which has no
+    /// constraint of its own since V12).
+    async fn existing(&self, keys: &[&BusinessKey]) -> Result<HashMap<BusinessKey, (Uuid, String)>> {
         if keys.is_empty() {
             return Ok(HashMap::new());
         }
@@ -421,10 +420,17 @@ impl<'a> IngestTx<'a> {
                 &[&marketplaces, &orders, &kinds, &channels],
             )
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|r| (r.get(0), (r.get(1), r.get(2))))
-            .collect())
+        rows.iter()
+            .map(|r| {
+                let key = BusinessKey {
+                    marketplace_id: r.get(0),
+                    order_id: r.get(1),
+                    event_kind: r.get(2),
+                    channel: crate::intent_channel(r.get(3))?,
+                };
+                Ok((key, (r.get(4), r.get(5))))
+            })
+            .collect()
     }
 
     /// Returns the (intent, partition, offset, topic) of conflicts not recorded before.
