@@ -21,13 +21,13 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Result};
 use chrono::Utc;
 use futures::future::join_all;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::cost::{Cost, Meter};
 use super::delivery::UNTHROTTLED;
-use crate::kafka::producer;
+use crate::kafka::producer_connected;
 use crate::otlp::{OtlpSink, SpanSeen};
 use crate::samples::UniqueSeller;
 use crate::{seed_orders, EnvOptions, TestEnv};
@@ -208,63 +208,26 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
         Duration::from_secs(120),
     )
     .await?;
-    // Then the offered rate for a while, unmeasured but reported: the first seconds after
-    // a start pay for opening the pool's connections and the provider's, and for the
-    // first changes of pages since the checkpoint.
     // One producer for both stretches, connected before the first event is stamped: a new
     // one spends its first few hundred milliseconds on the broker's metadata and its
     // producer id, and the first tick's events would carry that wait as Herald's latency
     // (the runs before 2026-12-05 04:10 did: their p99 was mostly that).
-    let p = producer()?;
-    let client = p.clone();
-    let topic = env.topic("order-events");
-    tokio::task::spawn_blocking(move || {
-        client
-            .client()
-            .fetch_metadata(Some(&topic), Duration::from_secs(30))
-    })
-    .await??;
-    let warmup_events = produce_paced(&env, &p, rate, WARMUP_SECONDS, "s").await?;
-    env.wait_count(
-        "the warm-up stretch's notifications accepted",
-        "SELECT count(*) FROM notification_intents WHERE marketplace_id = 'acme' AND order_id LIKE 's%' AND state = 'accepted'",
-        (warmup_events * 2) as i64,
-        Duration::from_secs(300),
-    )
-    .await?;
+    let p = producer_connected(&env.topic("order-events")).await?;
+    // Then the offered rate for a while, unmeasured but reported: the first seconds after
+    // a start pay for opening the pool's connections and the provider's, and for the
+    // first changes of pages since the checkpoint.
+    offer(&env, &p, rate, WARMUP_SECONDS, "s").await?;
     let warmup = ledger_percentiles(&env, "s").await?;
     let pid = herald.pid().into_iter().collect::<Vec<_>>();
     let mut meter = Meter::start(&env.database, &pid).await?;
-    let events = produce_paced(&env, &p, rate, seconds, "l").await?;
+    let events = offer(&env, &p, rate, seconds, "l").await?;
     let notifications = events * 2;
-    env.wait_count(
-        "every notification accepted",
-        "SELECT count(*) FROM notification_intents WHERE marketplace_id = 'acme' AND order_id LIKE 'l%' AND state = 'accepted'",
-        notifications as i64,
-        Duration::from_secs(300),
-    )
-    .await?;
     meter.stretch_done()?;
     let mut herald = herald;
     herald.terminate(Duration::from_secs(30)).await?;
     let cost = meter.end().await?;
     let measured = ledger_percentiles(&env, "l").await?;
-    // The seconds of the run whose notifications waited longest: their times, to line up
-    // with PostgreSQL's log (autovacuum, checkpoints), the JVM's or Herald's own.
-    let slowest_seconds: Vec<(String, i64, f64)> = env
-        .db
-        .query(
-            "SELECT to_char(date_trunc('second', i.occurred_at AT TIME ZONE 'UTC'), 'HH24:MI:SS'), count(*),
-                    percentile_cont(0.99) WITHIN GROUP (ORDER BY 1000 * extract(epoch FROM a.finished_at - i.occurred_at)::float8)
-             FROM notification_attempts a JOIN notification_intents i ON i.id = a.intent_id
-             WHERE a.outcome = 'accepted' AND i.marketplace_id = 'acme' AND i.order_id LIKE 'l%'
-             GROUP BY 1 ORDER BY 3 DESC LIMIT 3",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|row| (row.get(0), row.get(1), row.get(2)))
-        .collect();
+    let slowest_seconds = slowest_seconds(&env, "l").await?;
     let produced: HashMap<Uuid, f64> = env
         .db
         .query(
@@ -309,20 +272,64 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
     })
 }
 
-/// The ledger's p50 and p99 (ms), event produced to attempt `accepted` recorded, over the
-/// notifications of the orders whose ids start with `prefix`.
+/// Offers `rate` order events a second for `seconds` (order ids `prefix` and a number)
+/// and waits until all their notifications are accepted. Returns the events produced.
+async fn offer(env: &TestEnv, p: &FutureProducer, rate: f64, seconds: u64, prefix: &str) -> Result<usize> {
+    let events = produce_paced(env, p, rate, seconds, prefix).await?;
+    env.wait_count(
+        &format!("the notifications of the orders {prefix}* accepted"),
+        &format!(
+            "SELECT count(*) FROM notification_intents
+             WHERE marketplace_id = 'acme' AND order_id LIKE '{prefix}%' AND state = 'accepted'"
+        ),
+        (events * 2) as i64,
+        Duration::from_secs(300),
+    )
+    .await?;
+    Ok(events)
+}
+
+/// The ledger's latency of each notification of the orders `$1*`: when its event was
+/// produced (`produced`, UTC) and the milliseconds from then to its attempt `accepted`
+/// recorded (`ms`).
+const LEDGER_LATENCY: &str = "SELECT i.occurred_at AT TIME ZONE 'UTC' AS produced,
+            1000 * extract(epoch FROM a.finished_at - i.occurred_at)::float8 AS ms
+     FROM notification_attempts a JOIN notification_intents i ON i.id = a.intent_id
+     WHERE a.outcome = 'accepted' AND i.marketplace_id = 'acme' AND i.order_id LIKE $1::text || '%'";
+
+/// The ledger's p50 and p99 (ms) over the notifications of the orders `prefix*`.
 async fn ledger_percentiles(env: &TestEnv, prefix: &str) -> Result<(f64, f64)> {
     let r = env
         .db
         .query_one(
-            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
-             FROM (SELECT 1000 * extract(epoch FROM a.finished_at - i.occurred_at)::float8 AS ms
-                   FROM notification_attempts a JOIN notification_intents i ON i.id = a.intent_id
-                   WHERE a.outcome = 'accepted' AND i.marketplace_id = 'acme' AND i.order_id LIKE $1::text || '%') t",
+            &format!(
+                "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
+                 FROM ({LEDGER_LATENCY}) t"
+            ),
             &[&prefix],
         )
         .await?;
     Ok((r.get(0), r.get(1)))
+}
+
+/// The three seconds (by when the events were produced) whose notifications waited
+/// longest, as (time UTC, notifications, p99 ms): to line up with PostgreSQL's log
+/// (autovacuum, checkpoints), the JVM's or Herald's own.
+async fn slowest_seconds(env: &TestEnv, prefix: &str) -> Result<Vec<(String, i64, f64)>> {
+    Ok(env
+        .db
+        .query(
+            &format!(
+                "SELECT to_char(date_trunc('second', produced), 'HH24:MI:SS'), count(*),
+                        percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)
+                 FROM ({LEDGER_LATENCY}) t GROUP BY 1 ORDER BY 3 DESC LIMIT 3"
+            ),
+            &[&prefix],
+        )
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect())
 }
 
 /// Produces `rate * seconds` orders of one seller (ids `prefix` and a number), in ticks of 50 ms: each tick's events
