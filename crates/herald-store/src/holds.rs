@@ -205,7 +205,8 @@ pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -
     // notification_intents_pkey, intent_holds_pkey.
     let rows = client
         .query(
-            "WITH input AS (
+            concat!(
+                "WITH input AS (
                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int8[])
                     AS t(id, digest, revision, consent, version)
              ), released AS (
@@ -216,7 +217,9 @@ pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -
                        next_attempt_at = CASE WHEN NOT h.observe AND t.consent = 'granted' THEN now() END,
                        updated_at = now()
                   FROM input t JOIN intent_holds h ON h.intent_id = t.id
-                 WHERE i.id = t.id AND i.state = 'awaiting_profile'
+                 WHERE i.id = t.id AND ",
+                state_is_one_of!("i", "awaiting_profile"),
+                "
                 RETURNING i.id, i.state, i.trace_context, i.channel, i.consent
              ), queued AS (
                 INSERT INTO outbox (intent_id, trace_context)
@@ -230,7 +233,8 @@ pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -
                 RETURNING h.intent_id, EXTRACT(EPOCH FROM now() - h.held_at)::float8 AS held_secs
              )
              SELECT r.id, r.state, d.held_secs, r.channel, r.consent
-               FROM released r JOIN decided d ON d.intent_id = r.id",
+               FROM released r JOIN decided d ON d.intent_id = r.id"
+            ),
             &[&ids, &digests, &revisions, &consents, &versions],
         )
         .await?;
@@ -277,7 +281,8 @@ pub(crate) async fn expire_due(client: &impl GenericClient, limit: i64) -> Resul
     // intent_holds_open_until_idx
     let rows = client
         .query(
-            "WITH due AS (
+            concat!(
+                "WITH due AS (
                 SELECT h.intent_id, h.fallback_digest, h.observe FROM intent_holds h
                  WHERE h.decision IS NULL AND h.hold_until <= now()
                  ORDER BY h.hold_until LIMIT $1
@@ -288,7 +293,9 @@ pub(crate) async fn expire_due(client: &impl GenericClient, limit: i64) -> Resul
                        payload_digest = d.fallback_digest,
                        template_revision = p.template_revision, consent = p.consent, updated_at = now()
                   FROM due d JOIN notification_payloads p ON p.digest = d.fallback_digest
-                 WHERE i.id = d.intent_id AND i.state = 'awaiting_profile'
+                 WHERE i.id = d.intent_id AND ",
+                state_is_one_of!("i", "awaiting_profile"),
+                "
                 RETURNING i.id, i.state, i.channel, i.consent
              ), decided AS (
                 UPDATE intent_holds h SET decision = 'expired', decided_at = now(), event = NULL
@@ -296,7 +303,8 @@ pub(crate) async fn expire_due(client: &impl GenericClient, limit: i64) -> Resul
                 RETURNING h.intent_id, EXTRACT(EPOCH FROM now() - h.held_at)::float8 AS held_secs
              )
              SELECT f.id, f.state, d.held_secs, f.channel, f.consent
-               FROM frozen f JOIN decided d ON d.intent_id = f.id",
+               FROM frozen f JOIN decided d ON d.intent_id = f.id"
+            ),
             &[&limit],
         )
         .await?;

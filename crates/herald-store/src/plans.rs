@@ -57,10 +57,11 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "delivery: claim intents by id",
         sql: crate::delivery::CLAIM,
         indexes: &["notification_intents_pkey"],
+        // A batch's worth of ids: with one the planner would probe by id anyway.
         params: || {
             vec![
-                Box::new(vec![Uuid::nil()]),
-                Box::new(vec![Uuid::nil()]),
+                Box::new((0..24).map(|_| Uuid::new_v4()).collect::<Vec<_>>()),
+                Box::new((0..24).map(|_| Uuid::new_v4()).collect::<Vec<_>>()),
                 Box::new("worker".to_owned()),
                 Box::new(60.0f64),
             ]

@@ -118,12 +118,16 @@ pub const PURGE_CANDIDATES: &str = "SELECT created_at, digest FROM notification_
 // notification_payloads_pkey, and notification_intents_payload_digest_idx (hash) for the
 // guard: a body stays while any non-terminal intent references its digest. States are
 // listed terminal-first on purpose (see TERMINAL_STATES).
-pub const PURGE_BODIES: &str = "UPDATE notification_payloads p
+pub const PURGE_BODIES: &str = concat!(
+    "UPDATE notification_payloads p
         SET subject = NULL, body_text = NULL, body_html = NULL, destination = NULL, body_purged_at = now()
       WHERE p.digest = ANY($1) AND p.body_purged_at IS NULL
         AND NOT EXISTS (SELECT 1 FROM notification_intents i
                          WHERE i.payload_digest = p.digest
-                           AND i.state NOT IN ('accepted', 'rejected', 'failed', 'suppressed', 'observed'))";
+                           AND NOT ",
+    state_is_one_of!("i", "accepted", "rejected", "failed", "suppressed", "observed"),
+    ")"
+);
 
 // notification_intents_pkey: a range of ids (UUIDv7, time-ordered) below the cutoff's,
 // continued from the last id seen. created_at is checked too, for ids that are not v7.

@@ -286,7 +286,7 @@ macro_rules! claim_statement {
                            attempt_count = i.attempt_count + 1, updated_at = now()
                       FROM req
                      WHERE i.id = req.intent_id
-                       AND i.state IN ('pending', 'retry_scheduled')
+                       AND ", state_is_one_of!("i", "pending", "retry_scheduled"), "
                        AND (i.next_attempt_at IS NULL OR i.next_attempt_at <= now())", $guard, "
                     RETURNING i.id, req.attempt_id, i.attempt_count, i.unsent_attempts, i.channel,
                               i.marketplace_id, i.payload_digest, i.trace_context, i.template_revision,
