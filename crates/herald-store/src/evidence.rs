@@ -475,12 +475,17 @@ const INSERT_EVENT: &str = "INSERT INTO provider_events
 /// attempt and before the resend was claimed: the resend would be a duplicate (its outbox
 /// row stays; the claim finds the intent accepted and skips it). Never after an operator's
 /// decision: the last resolution must be the silence sweep's, about this attempt.
-const SETTLE: &str = "WITH moved AS (
+const SETTLE: &str = concat!(
+    "WITH moved AS (
         UPDATE notification_intents i
            SET state = $2, next_attempt_at = NULL, updated_at = now()
          WHERE i.id = $1 AND i.lease_attempt_id IS NULL
-           AND ((i.state = 'unknown' AND ($2 = 'accepted' OR i.attempt_count = $6))
-                OR (i.state = 'retry_scheduled' AND $2 = 'accepted' AND i.attempt_count = $6
+           AND ((",
+    state_is_one_of!("i", "unknown"),
+    " AND ($2 = 'accepted' OR i.attempt_count = $6))
+                OR (",
+    state_is_one_of!("i", "retry_scheduled"),
+    " AND $2 = 'accepted' AND i.attempt_count = $6
                     AND (SELECT r.settled_by = 'silence' AND r.attempt_id = $3
                            FROM intent_resolutions r WHERE r.intent_id = i.id ORDER BY r.id DESC LIMIT 1)))
         RETURNING i.id
@@ -490,7 +495,8 @@ const SETTLE: &str = "WITH moved AS (
      )
      UPDATE provider_events SET effect = CASE effect WHEN 'suppressed' THEN 'settled_suppressed' ELSE 'settled' END
       WHERE id = $4 AND EXISTS (SELECT 1 FROM moved)
-     RETURNING id";
+     RETURNING id"
+);
 
 /// `unknown` intents waiting for evidence (notification_intents_awaiting_evidence_idx)
 /// whose window has passed or that have evidence stored (provider_events_intent_idx), with
@@ -517,13 +523,16 @@ const STORED_VERDICT: &str = "SELECT e.id, e.attempt_id, e.verdict, a.attempt_no
 
 /// The policy's decision after silence (`$2`: a retry's delay, NULL: hold), recorded with
 /// the resolution. A retry gets its outbox row.
-const SILENCE_DECIDED: &str = "WITH moved AS (
+const SILENCE_DECIDED: &str = concat!(
+    "WITH moved AS (
         UPDATE notification_intents i
            SET state = CASE WHEN $2::float8 IS NULL THEN 'unknown' ELSE 'retry_scheduled' END,
                next_attempt_at = CASE WHEN $2::float8 IS NULL THEN NULL
                                       ELSE now() + make_interval(secs => $2::float8) END,
                updated_at = now()
-         WHERE i.id = $1 AND i.state = 'unknown'
+         WHERE i.id = $1 AND ",
+    state_is_one_of!("i", "unknown"),
+    "
         RETURNING i.id, i.trace_context
      ), resolved AS (
         INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator, settled_by, attempt_id)
@@ -532,7 +541,8 @@ const SILENCE_DECIDED: &str = "WITH moved AS (
           FROM moved m
      )
      INSERT INTO outbox (intent_id, available_at, trace_context)
-     SELECT id, now() + make_interval(secs => $2::float8), trace_context FROM moved WHERE $2::float8 IS NOT NULL";
+     SELECT id, now() + make_interval(secs => $2::float8), trace_context FROM moved WHERE $2::float8 IS NOT NULL"
+);
 
 /// suppressions_live: a destination already suppressed keeps its first entry.
 const SUPPRESS: &str = "INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id)
