@@ -73,11 +73,15 @@ async fn hot_statements_use_their_indexes() -> Result<()> {
     )
     .await?;
     drop(ingest);
-    // Attempts as delivery leaves them, one per intent, and fresh statistics.
+    // Attempts as delivery leaves them, one per intent, a resolution of the silence sweep
+    // for every tenth (as after a provider outage), and fresh statistics.
     env.db
         .batch_execute(
             "INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, worker, finished_at)
              SELECT gen_random_uuid(), id, 1, 'accepted', 'plans', now() FROM notification_intents;
+             INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator, settled_by)
+             SELECT id, 'retry', 'no provider event', 'plans', 'silence' FROM notification_intents
+              WHERE order_id::int % 10 = 0;
              ANALYZE;",
         )
         .await?;

@@ -475,7 +475,7 @@ const INSERT_EVENT: &str = "INSERT INTO provider_events
 /// attempt and before the resend was claimed: the resend would be a duplicate (its outbox
 /// row stays; the claim finds the intent accepted and skips it). Never after an operator's
 /// decision: the last resolution must be the silence sweep's, about this attempt.
-const SETTLE: &str = concat!(
+pub(crate) const SETTLE: &str = concat!(
     "WITH moved AS (
         UPDATE notification_intents i
            SET state = $2, next_attempt_at = NULL, updated_at = now()
@@ -523,7 +523,7 @@ const STORED_VERDICT: &str = "SELECT e.id, e.attempt_id, e.verdict, a.attempt_no
 
 /// The policy's decision after silence (`$2`: a retry's delay, NULL: hold), recorded with
 /// the resolution. A retry gets its outbox row.
-const SILENCE_DECIDED: &str = concat!(
+pub(crate) const SILENCE_DECIDED: &str = concat!(
     "WITH moved AS (
         UPDATE notification_intents i
            SET state = CASE WHEN $2::float8 IS NULL THEN 'unknown' ELSE 'retry_scheduled' END,

@@ -101,6 +101,37 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         ],
         params: || vec![Box::new(None::<Vec<Uuid>>), Box::new(500i64)],
     },
+    // Evidence: once per provider event, or per intent the silence sweep decides; a backlog
+    // of `unknown` intents after a provider outage must not make each of them read it all.
+    HotStatement {
+        name: "evidence: settle an unknown intent by its provider's event",
+        sql: crate::evidence::SETTLE,
+        indexes: &["notification_intents_pkey"],
+        params: || {
+            vec![
+                Box::new(Uuid::nil()),
+                Box::new("accepted".to_owned()),
+                Box::new(Uuid::nil()),
+                Box::new(1i64),
+                Box::new("reconciler".to_owned()),
+                Box::new(1i32),
+            ]
+        },
+    },
+    HotStatement {
+        name: "evidence: the policy's decision after silence",
+        sql: crate::evidence::SILENCE_DECIDED,
+        indexes: &["notification_intents_pkey"],
+        params: || {
+            vec![
+                Box::new(Uuid::nil()),
+                Box::new(Some(60.0f64)),
+                Box::new("retry".to_owned()),
+                Box::new("silence".to_owned()),
+                Box::new("reconciler".to_owned()),
+            ]
+        },
+    },
     HotStatement {
         name: "inspect: an intent by business key",
         sql: crate::inspect::INTENT_BY_BUSINESS_KEY,
