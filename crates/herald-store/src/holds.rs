@@ -202,44 +202,71 @@ pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -
         .collect();
     let consents: Vec<&str> = releases.iter().map(|r| r.payload.consent.as_str()).collect();
     let versions: Vec<i64> = releases.iter().map(|r| r.profile_version).collect();
-    // notification_intents_pkey, intent_holds_pkey.
     let rows = client
-        .query(
-            concat!(
-                "WITH input AS (
-                SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int8[])
-                    AS t(id, digest, revision, consent, version)
-             ), released AS (
-                UPDATE notification_intents i
-                   SET payload_digest = t.digest, template_revision = t.revision, consent = t.consent,
-                       state = CASE WHEN h.observe THEN 'observed' WHEN t.consent = 'granted' THEN 'pending'
-                                    ELSE 'suppressed' END,
-                       next_attempt_at = CASE WHEN NOT h.observe AND t.consent = 'granted' THEN now() END,
-                       updated_at = now()
-                  FROM input t JOIN intent_holds h ON h.intent_id = t.id
-                 WHERE i.id = t.id AND ",
-                state_is_one_of!("i", "awaiting_profile"),
-                "
-                RETURNING i.id, i.state, i.trace_context, i.channel, i.consent
-             ), queued AS (
-                INSERT INTO outbox (intent_id, trace_context)
-                SELECT id, trace_context FROM released WHERE state = 'pending'
-             ), decided AS (
-                UPDATE intent_holds h
-                   SET decision = 'released', decided_at = now(), profile_version = t.version,
-                       event = NULL, last_error = NULL
-                  FROM input t
-                 WHERE h.intent_id = t.id AND t.id IN (SELECT id FROM released)
-                RETURNING h.intent_id, EXTRACT(EPOCH FROM now() - h.held_at)::float8 AS held_secs
-             )
-             SELECT r.id, r.state, d.held_secs, r.channel, r.consent
-               FROM released r JOIN decided d ON d.intent_id = r.id"
-            ),
-            &[&ids, &digests, &revisions, &consents, &versions],
-        )
+        .query(RELEASE, &[&ids, &digests, &revisions, &consents, &versions])
         .await?;
     Ok(decided(rows))
 }
+
+/// Releases held intents by id with their rendered payloads (notification_intents_pkey,
+/// intent_holds_pkey).
+pub(crate) const RELEASE: &str = concat!(
+    "WITH input AS (
+        SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int8[])
+            AS t(id, digest, revision, consent, version)
+     ), released AS (
+        UPDATE notification_intents i
+           SET payload_digest = t.digest, template_revision = t.revision, consent = t.consent,
+               state = CASE WHEN h.observe THEN 'observed' WHEN t.consent = 'granted' THEN 'pending'
+                            ELSE 'suppressed' END,
+               next_attempt_at = CASE WHEN NOT h.observe AND t.consent = 'granted' THEN now() END,
+               updated_at = now()
+          FROM input t JOIN intent_holds h ON h.intent_id = t.id
+         WHERE i.id = t.id AND ",
+    state_is_one_of!("i", "awaiting_profile"),
+    "
+        RETURNING i.id, i.state, i.trace_context, i.channel, i.consent
+     ), queued AS (
+        INSERT INTO outbox (intent_id, trace_context)
+        SELECT id, trace_context FROM released WHERE state = 'pending'
+     ), decided AS (
+        UPDATE intent_holds h
+           SET decision = 'released', decided_at = now(), profile_version = t.version,
+               event = NULL, last_error = NULL
+          FROM input t
+         WHERE h.intent_id = t.id AND t.id IN (SELECT id FROM released)
+        RETURNING h.intent_id, EXTRACT(EPOCH FROM now() - h.held_at)::float8 AS held_secs
+     )
+     SELECT r.id, r.state, d.held_secs, r.channel, r.consent
+       FROM released r JOIN decided d ON d.intent_id = r.id"
+);
+
+/// Freezes up to `$1` holds past their deadline with their fallback payloads
+/// (intent_holds_open_until_idx; notification_intents_pkey).
+pub(crate) const EXPIRE_DUE: &str = concat!(
+    "WITH due AS (
+        SELECT h.intent_id, h.fallback_digest, h.observe FROM intent_holds h
+         WHERE h.decision IS NULL AND h.hold_until <= now()
+         ORDER BY h.hold_until LIMIT $1
+         FOR UPDATE OF h SKIP LOCKED
+     ), frozen AS (
+        UPDATE notification_intents i
+           SET state = CASE WHEN d.observe THEN 'observed' ELSE 'suppressed' END,
+               payload_digest = d.fallback_digest,
+               template_revision = p.template_revision, consent = p.consent, updated_at = now()
+          FROM due d JOIN notification_payloads p ON p.digest = d.fallback_digest
+         WHERE i.id = d.intent_id AND ",
+    state_is_one_of!("i", "awaiting_profile"),
+    "
+        RETURNING i.id, i.state, i.channel, i.consent
+     ), decided AS (
+        UPDATE intent_holds h SET decision = 'expired', decided_at = now(), event = NULL
+          FROM due d WHERE h.intent_id = d.intent_id
+        RETURNING h.intent_id, EXTRACT(EPOCH FROM now() - h.held_at)::float8 AS held_secs
+     )
+     SELECT f.id, f.state, d.held_secs, f.channel, f.consent
+       FROM frozen f JOIN decided d ON d.intent_id = f.id"
+);
 
 fn decided(rows: Vec<tokio_postgres::Row>) -> Vec<Decided> {
     rows.into_iter()
@@ -278,36 +305,7 @@ pub(crate) async fn record_failures(client: &impl GenericClient, failures: &[(Uu
 /// route in `observe` mode). One statement:
 /// a crash before its commit leaves the holds open for the next round.
 pub(crate) async fn expire_due(client: &impl GenericClient, limit: i64) -> Result<Vec<Decided>> {
-    // intent_holds_open_until_idx
-    let rows = client
-        .query(
-            concat!(
-                "WITH due AS (
-                SELECT h.intent_id, h.fallback_digest, h.observe FROM intent_holds h
-                 WHERE h.decision IS NULL AND h.hold_until <= now()
-                 ORDER BY h.hold_until LIMIT $1
-                 FOR UPDATE OF h SKIP LOCKED
-             ), frozen AS (
-                UPDATE notification_intents i
-                   SET state = CASE WHEN d.observe THEN 'observed' ELSE 'suppressed' END,
-                       payload_digest = d.fallback_digest,
-                       template_revision = p.template_revision, consent = p.consent, updated_at = now()
-                  FROM due d JOIN notification_payloads p ON p.digest = d.fallback_digest
-                 WHERE i.id = d.intent_id AND ",
-                state_is_one_of!("i", "awaiting_profile"),
-                "
-                RETURNING i.id, i.state, i.channel, i.consent
-             ), decided AS (
-                UPDATE intent_holds h SET decision = 'expired', decided_at = now(), event = NULL
-                  FROM due d WHERE h.intent_id = d.intent_id
-                RETURNING h.intent_id, EXTRACT(EPOCH FROM now() - h.held_at)::float8 AS held_secs
-             )
-             SELECT f.id, f.state, d.held_secs, f.channel, f.consent
-               FROM frozen f JOIN decided d ON d.intent_id = f.id"
-            ),
-            &[&limit],
-        )
-        .await?;
+    let rows = client.query(EXPIRE_DUE, &[&limit]).await?;
     Ok(decided(rows))
 }
 

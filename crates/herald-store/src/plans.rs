@@ -2,7 +2,7 @@
 //! against a populated database and fails when a plan stops using its index (a plan
 //! regression as `notification_intents` grows). The SQL is the very text the store runs.
 
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use crate::{Result, Store};
@@ -22,6 +22,14 @@ const LIVE_INTENTS: &str = "notification_intents_state_idx";
 fn texts() -> Vec<String> {
     vec!["k-1".to_owned()]
 }
+
+/// `n` random ids: for an id that exists, the planner would probe by id anyway.
+fn ids(n: usize) -> Vec<Uuid> {
+    (0..n).map(|_| Uuid::new_v4()).collect()
+}
+
+/// The largest claim and record batch by default (`delivery.db_batch_max`).
+const DB_BATCH_MAX: usize = 256;
 
 /// Every statement on a per-event or per-attempt path.
 pub const HOT_STATEMENTS: &[HotStatement] = &[
@@ -60,11 +68,11 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "delivery: claim intents by id",
         sql: crate::delivery::CLAIM,
         indexes: &["notification_intents_pkey"],
-        // A batch's worth of ids: with one the planner would probe by id anyway.
+        // The largest batch: the more ids, the nearer a scan of the candidates looks.
         params: || {
             vec![
-                Box::new((0..24).map(|_| Uuid::new_v4()).collect::<Vec<_>>()),
-                Box::new((0..24).map(|_| Uuid::new_v4()).collect::<Vec<_>>()),
+                Box::new(ids(DB_BATCH_MAX)),
+                Box::new(ids(DB_BATCH_MAX)),
                 Box::new("worker".to_owned()),
                 Box::new(60.0f64),
             ]
@@ -89,6 +97,31 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
                 Box::new(vec![None::<f64>]),
             ]
         },
+    },
+    // Holds: per seller profile that arrives, and each round of the deadline sweep; after
+    // an outage of the profile topic, a backlog of held intents.
+    HotStatement {
+        name: "holds: release held intents by id",
+        sql: crate::holds::RELEASE,
+        indexes: &["notification_intents_pkey"],
+        params: || {
+            let texts = || vec!["k-1".to_owned(); DB_BATCH_MAX];
+            vec![
+                Box::new(ids(DB_BATCH_MAX)),
+                Box::new(texts()),
+                Box::new(texts()),
+                Box::new(texts()),
+                Box::new(vec![1i64; DB_BATCH_MAX]),
+            ]
+        },
+    },
+    HotStatement {
+        name: "holds: expire holds past their deadline",
+        sql: crate::holds::EXPIRE_DUE,
+        // Either partial index of open holds: both hold the open set only, however many
+        // decided holds the table keeps.
+        indexes: &["intent_holds_open_until_idx", "intent_holds_open_seller_idx"],
+        params: || vec![Box::new(500i64)],
     },
     HotStatement {
         name: "delivery: expired leases",
@@ -214,14 +247,63 @@ impl HotStatement {
     }
 }
 
+/// Which plan [`Store::explain`] shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanKind {
+    /// Planned for the sample parameters' values, as PostgreSQL plans a prepared
+    /// statement's first executions.
+    Custom,
+    /// The generic plan, for any values, which PostgreSQL may cache and use for every later
+    /// execution of a prepared statement (Herald prepares each statement once per
+    /// connection): its estimates do not see how many ids an array holds.
+    Generic,
+}
+
+/// The prepared statement [`Store::explain`] makes for a generic plan.
+const CHECKED: &str = "herald_plan_check";
+
 impl Store {
     /// `EXPLAIN` (costs only; nothing is executed) of `statement` with sample parameters.
-    pub async fn explain(&self, statement: &HotStatement) -> Result<String> {
+    pub async fn explain(&self, statement: &HotStatement, kind: PlanKind) -> Result<String> {
         let conn = self.conn().await?;
         let params = (statement.params)();
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
-        let rows = conn.query(&format!("EXPLAIN {}", statement.sql), &refs).await?;
+        let rows = match kind {
+            PlanKind::Custom => conn.query(&format!("EXPLAIN {}", statement.sql), &refs).await?,
+            PlanKind::Generic => {
+                // EXPLAIN EXECUTE takes no bound parameters: each sample value goes in as a
+                // literal of the type PostgreSQL infers for its parameter, into a named
+                // prepared statement explained while the session forces generic plans.
+                let types = conn.prepare(statement.sql).await?.params().to_vec();
+                let mut args = Vec::with_capacity(refs.len());
+                for (ty, value) in types.iter().zip(&refs) {
+                    let literal = conn
+                        .prepare_typed(
+                            "SELECT coalesce(quote_literal($1::text), 'NULL') || '::' || format_type($2, NULL)",
+                            &[ty.clone(), Type::OID],
+                        )
+                        .await?;
+                    args.push(
+                        conn.query_one(&literal, &[*value, &ty.oid()])
+                            .await?
+                            .get::<_, String>(0),
+                    );
+                }
+                conn.batch_execute(&format!(
+                    "SET plan_cache_mode = force_generic_plan; PREPARE {CHECKED} AS {}",
+                    statement.sql
+                ))
+                .await?;
+                // PREPARE outlives a failed EXPLAIN: deallocated whatever the outcome.
+                let explained = conn
+                    .query(&format!("EXPLAIN EXECUTE {CHECKED}({})", args.join(", ")), &[])
+                    .await;
+                conn.batch_execute(&format!("DEALLOCATE {CHECKED}; RESET plan_cache_mode"))
+                    .await?;
+                explained?
+            }
+        };
         Ok(rows
             .iter()
             .map(|r| r.get::<_, String>(0))

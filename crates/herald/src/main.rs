@@ -38,15 +38,17 @@ use clap::{Parser, Subcommand};
 
 use herald_telemetry::Telemetry;
 
-/// mimalloc instead of glibc's malloc: in a profile at 1,000 events/s, glibc's malloc and
-/// free were about a fifth of Herald's CPU, much of it arena locks and consolidation
-/// between the runtime's worker threads (BENCHMARKS.md, 2026-12-05).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use crate::config::Config;
 
 const DEFAULT_CONFIG: &str = "config/herald.toml";
+
+/// mimalloc instead of glibc's malloc: in a profile at 1,000 events/s, glibc's malloc and
+/// free were about a fifth of Herald's CPU, much of it arena locks and consolidation
+/// between the runtime's worker threads (BENCHMARKS.md, 2026-12-05). Built `no_thp`
+/// (Cargo.toml): on transparent huge pages, ingest's peak RSS doubled (64 to 132 MiB);
+/// without them it is 73-81 MiB.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(

@@ -16,6 +16,10 @@
 //! once a second, and at exit: [`Meter::end`] reads them once Herald's processes have
 //! stopped and their backends are gone. The driver's own queries on the database (its
 //! waits, a few per run) are in both counts.
+//!
+//! Autovacuum and autoanalyze runs on Herald's tables that finished between the start and
+//! [`Meter::end`] are counted too (`pg_stat_user_tables`): their CPU is in PostgreSQL's,
+//! and whether one fell inside a run explains much of the spread between runs.
 
 use std::time::Duration;
 
@@ -77,6 +81,10 @@ pub struct Cost {
     pub wal_bytes: f64,
     pub transactions: f64,
     pub statements: f64,
+    /// Autovacuum runs on Herald's tables that finished during the stretch.
+    pub autovacuums: f64,
+    /// Autoanalyze runs on Herald's tables that finished during the stretch.
+    pub autoanalyzes: f64,
 }
 
 impl Cost {
@@ -95,6 +103,8 @@ impl Cost {
             "wal_bytes_per_notification": per_one(self.wal_bytes),
             "transactions_per_notification": per_one(self.transactions),
             "statements_per_notification": per_one(self.statements),
+            "autovacuums": self.autovacuums,
+            "autoanalyzes": self.autoanalyzes,
         })
     }
 }
@@ -112,6 +122,8 @@ struct Counters {
     wal_lsn: String,
     transactions: i64,
     statements: i64,
+    autovacuums: i64,
+    autoanalyzes: i64,
 }
 
 /// Fails at once, with what to do, when PostgreSQL does not preload pg_stat_statements
@@ -138,6 +150,8 @@ pub async fn check_statements_tracked(admin: &Client) -> Result<()> {
 /// while Herald's processes still run, [`Meter::end`] after they stopped.
 pub struct Meter {
     admin: Client,
+    /// Connected to Herald's database: its tables' maintenance counts.
+    db: Client,
     database: String,
     postmaster: u32,
     kafka: u32,
@@ -164,9 +178,11 @@ impl Meter {
         let kafka = kafka_pid()?;
         let herald = herald.to_vec();
         let cpu_start = cpu(&herald, postmaster, kafka)?;
-        let counters_start = counters(&admin, database).await?;
+        let db = pg_connect(&database_url(database)).await?;
+        let counters_start = counters(&admin, &db, database).await?;
         Ok(Self {
             admin,
+            db,
             database: database.to_owned(),
             postmaster,
             kafka,
@@ -202,7 +218,7 @@ impl Meter {
             Ok((n == 0).then_some(()))
         })
         .await?;
-        let end = counters(&self.admin, &self.database).await?;
+        let end = counters(&self.admin, &self.db, &self.database).await?;
         let wal_bytes: f64 = self
             .admin
             .query_one(
@@ -218,6 +234,8 @@ impl Meter {
             wal_bytes,
             transactions: (end.transactions - self.counters_start.transactions) as f64,
             statements: (end.statements - self.counters_start.statements) as f64,
+            autovacuums: (end.autovacuums - self.counters_start.autovacuums) as f64,
+            autoanalyzes: (end.autoanalyzes - self.counters_start.autoanalyzes) as f64,
         })
     }
 }
@@ -234,10 +252,26 @@ fn cpu(herald: &[u32], postmaster: u32, kafka: u32) -> Result<Cpu> {
     })
 }
 
-async fn counters(admin: &Client, database: &str) -> Result<Counters> {
+/// `database` on the admin URL's server, as the admin URL's user.
+fn database_url(database: &str) -> String {
+    let server = PG_ADMIN_URL
+        .rsplit_once('/')
+        .map_or(PG_ADMIN_URL, |(server, _)| server);
+    format!("{server}/{database}")
+}
+
+async fn counters(admin: &Client, db: &Client, database: &str) -> Result<Counters> {
     // pg_stat_clear_snapshot: a fresh read of the cumulative statistics, not the
     // transaction's cached one.
     admin.batch_execute("SELECT pg_stat_clear_snapshot()").await?;
+    db.batch_execute("SELECT pg_stat_clear_snapshot()").await?;
+    let maintenance = db
+        .query_one(
+            "SELECT coalesce(sum(autovacuum_count), 0)::int8, coalesce(sum(autoanalyze_count), 0)::int8
+               FROM pg_stat_user_tables",
+            &[],
+        )
+        .await?;
     let row = admin
         .query_one(
             "SELECT pg_current_wal_insert_lsn()::text,
@@ -251,6 +285,8 @@ async fn counters(admin: &Client, database: &str) -> Result<Counters> {
         wal_lsn: row.get(0),
         transactions: row.get::<_, Option<i64>>(1).unwrap_or(0),
         statements: row.get(2),
+        autovacuums: maintenance.get(0),
+        autoanalyzes: maintenance.get(1),
     })
 }
 

@@ -61,9 +61,11 @@ pub const HOPS: [(&str, &str); 7] = [
 /// ledger with history, analyzed: what a running deployment has.
 const HISTORY_NOTIFICATIONS: i64 = 200_000;
 
-/// Fills the ledger with [`HISTORY_NOTIFICATIONS`] delivered notifications (payload,
-/// intent `accepted`, one accepted attempt, this month), then VACUUMs, ANALYZEs and checkpoints: untimed.
-async fn history(env: &TestEnv) -> Result<()> {
+/// Fills the ledger with `notifications` delivered notifications (payload, intent
+/// `accepted` in marketplace `history`, one accepted attempt, this month), then VACUUMs,
+/// ANALYZEs and checkpoints: untimed. The latency runs start on [`HISTORY_NOTIFICATIONS`];
+/// the plan test (`tests/plans.rs`) gives its statements a ledger of this shape too.
+pub async fn history(env: &TestEnv, notifications: i64) -> Result<()> {
     env.db
         .batch_execute(&format!(
             "INSERT INTO notification_payloads (digest, channel, destination, locale, consent, template,
@@ -86,7 +88,7 @@ async fn history(env: &TestEnv) -> Result<()> {
              SELECT gen_random_uuid(), id, 1, 'accepted', 'history', date_trunc('month', now()) + interval '1 second',
                     date_trunc('month', now()) + interval '2 seconds', gen_random_uuid()::text
                FROM notification_intents WHERE source_topic = 'history';",
-            n = HISTORY_NOTIFICATIONS
+            n = notifications
         ))
         .await?;
     // VACUUM too: autovacuum would otherwise come for the inserted rows during the run.
@@ -180,7 +182,7 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
         },
     )
     .await?;
-    history(&env).await?;
+    history(&env, HISTORY_NOTIFICATIONS).await?;
     let mut vars: Vec<(&str, &str)> = UNTHROTTLED.to_vec();
     vars.extend([
         // The test suite's faster settings, back to Herald's defaults.

@@ -442,6 +442,9 @@ fn write_storage_only(
 /// The fixed offered rate of the latency measurement, beside half the capacity.
 const LATENCY_RATE: f64 = 1000.0;
 
+/// The figures of [`Series::costs`].
+const COST_FIGURES: usize = 9;
+
 /// The runs at one offered rate.
 struct Series {
     label: String,
@@ -469,7 +472,7 @@ impl Series {
             .collect()
     }
 
-    fn costs(&self) -> [Figure; 7] {
+    fn costs(&self) -> [Figure; COST_FIGURES] {
         let per_10k = |s: f64, r: &latency::Run| s / r.notifications.max(1) as f64 * 10_000.0;
         let per_one = |v: f64, r: &latency::Run| v / r.notifications.max(1) as f64;
         [
@@ -489,6 +492,13 @@ impl Series {
             }),
             self.figure("statements per notification", "", |r| {
                 per_one(r.cost.statements, r)
+            }),
+            // Finished during the stretch: their CPU is in PostgreSQL's.
+            self.figure("autovacuum runs on Herald's tables", "runs", |r| {
+                r.cost.autovacuums
+            }),
+            self.figure("autoanalyze runs on Herald's tables", "runs", |r| {
+                r.cost.autoanalyzes
             }),
         ]
     }
@@ -627,8 +637,8 @@ fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
         write!(md, " {} |", s.label)?;
     }
     writeln!(md, "\n|---|{}", "---|".repeat(series.len()))?;
-    let costs: Vec<[Figure; 7]> = series.iter().map(Series::costs).collect();
-    for i in 0..7 {
+    let costs: Vec<[Figure; COST_FIGURES]> = series.iter().map(Series::costs).collect();
+    for i in 0..COST_FIGURES {
         let name = costs[0][i]
             .name
             .strip_prefix(&format!("{} ", series[0].label))
@@ -637,7 +647,11 @@ fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
         write!(md, "| {name} |")?;
         for c in &costs {
             let f = &c[i];
-            let digits = if f.median() >= 100.0 { 0 } else { 2 };
+            let digits = if f.median() >= 100.0 || f.unit == "runs" {
+                0
+            } else {
+                2
+            };
             write!(
                 md,
                 " {:.*} ({:.*}-{:.*}) |",
