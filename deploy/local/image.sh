@@ -53,6 +53,7 @@ printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home
 printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"
 "${BUILDAH[@]}" umount "$ctr" >/dev/null
 "${BUILDAH[@]}" config --user 65532:65532 --entrypoint '["/usr/local/bin/herald"]' \
+  --env MIMALLOC_ALLOW_THP=0 \
   --cmd '--config /etc/herald/herald.toml run --roles ingest,relay,deliver' \
   --port 9464 --port 9465 --port 9466 --label org.opencontainers.image.title=herald "$ctr"
 previous="$("${BUILDAH[@]}" images --quiet "$IMAGE" 2>/dev/null | head -n1 || true)"

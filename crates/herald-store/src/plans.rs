@@ -13,6 +13,10 @@ pub struct HotStatement {
     pub name: &'static str,
     pub sql: &'static str,
     pub indexes: &'static [&'static str],
+    /// Run through `prepare_cached`: prepared once per connection, so PostgreSQL may settle
+    /// on its generic plan after the first executions. The others are prepared on every
+    /// call and always planned for their values.
+    pub prepared: bool,
     params: fn() -> Vec<Box<dyn ToSql + Sync + Send>>,
 }
 
@@ -23,12 +27,12 @@ fn texts() -> Vec<String> {
     vec!["k-1".to_owned()]
 }
 
-/// `n` random ids: for an id that exists, the planner would probe by id anyway.
+/// `n` random ids: a batch's worth.
 fn ids(n: usize) -> Vec<Uuid> {
     (0..n).map(|_| Uuid::new_v4()).collect()
 }
 
-/// The largest claim and record batch by default (`delivery.db_batch_max`).
+/// The default largest claim batch (`delivery.db_batch_max`), also used for a release.
 const DB_BATCH_MAX: usize = 256;
 
 /// Every statement on a per-event or per-attempt path.
@@ -37,6 +41,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "ingest: intents already holding a batch's keys",
         sql: crate::ingest::EXISTING_BY_BUSINESS_KEY,
         indexes: &["notification_intents_business_key"],
+        prepared: false,
         params: || {
             vec![
                 Box::new(texts()),
@@ -50,24 +55,28 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "ingest: the batch's seller profiles",
         sql: crate::sellers::SELLERS_BY_KEY,
         indexes: &["sellers_pkey"],
+        prepared: false,
         params: || vec![Box::new(texts()), Box::new(texts())],
     },
     HotStatement {
         name: "relay: due outbox rows",
         sql: crate::relay::CLAIM_DUE,
         indexes: &["outbox_available_at_idx"],
+        prepared: false,
         params: || vec![Box::new(500i64)],
     },
     HotStatement {
         name: "relay: delete published rows",
         sql: crate::relay::DELETE_PUBLISHED,
         indexes: &["outbox_pkey"],
+        prepared: false,
         params: || vec![Box::new(vec![1i64, 2, 3])],
     },
     HotStatement {
         name: "delivery: claim intents by id",
         sql: crate::delivery::CLAIM,
         indexes: &["notification_intents_pkey"],
+        prepared: true,
         // The largest batch: the more ids, the nearer a scan of the candidates looks.
         params: || {
             vec![
@@ -83,6 +92,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::delivery::RECORD,
         // Each partition's primary key (id, started_at), e.g. "notification_attempts_2026_12_pkey".
         indexes: &["_pkey on notification_attempts"],
+        prepared: true,
         params: || {
             let one = || vec![Some("x".to_owned())];
             vec![
@@ -101,16 +111,24 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     // Holds: per seller profile that arrives, and each round of the deadline sweep; after
     // an outage of the profile topic, a backlog of held intents.
     HotStatement {
+        name: "holds: open holds of the sellers whose profiles came",
+        sql: crate::holds::OPEN_HOLDS_OF_SELLERS,
+        indexes: &["intent_holds_open_seller_idx"],
+        prepared: false,
+        params: || vec![Box::new(texts()), Box::new(texts())],
+    },
+    HotStatement {
         name: "holds: release held intents by id",
         sql: crate::holds::RELEASE,
         indexes: &["notification_intents_pkey"],
+        prepared: false,
         params: || {
-            let texts = || vec!["k-1".to_owned(); DB_BATCH_MAX];
+            let many = || vec!["k-1".to_owned(); DB_BATCH_MAX];
             vec![
                 Box::new(ids(DB_BATCH_MAX)),
-                Box::new(texts()),
-                Box::new(texts()),
-                Box::new(texts()),
+                Box::new(many()),
+                Box::new(many()),
+                Box::new(many()),
                 Box::new(vec![1i64; DB_BATCH_MAX]),
             ]
         },
@@ -121,6 +139,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         // Either partial index of open holds: both hold the open set only, however many
         // decided holds the table keeps.
         indexes: &["intent_holds_open_until_idx", "intent_holds_open_seller_idx"],
+        prepared: false,
         params: || vec![Box::new(500i64)],
     },
     HotStatement {
@@ -132,6 +151,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
             "notification_intents_sending_lease_idx",
             "notification_intents_state_idx",
         ],
+        prepared: true,
         params: || vec![Box::new(None::<Vec<Uuid>>), Box::new(500i64)],
     },
     // Evidence: once per provider event, or per intent the silence sweep decides; a backlog
@@ -140,6 +160,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "evidence: settle an unknown intent by its provider's event",
         sql: crate::evidence::SETTLE,
         indexes: &["notification_intents_pkey"],
+        prepared: true,
         params: || {
             vec![
                 Box::new(Uuid::nil()),
@@ -155,6 +176,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "evidence: the policy's decision after silence",
         sql: crate::evidence::SILENCE_DECIDED,
         indexes: &["notification_intents_pkey"],
+        prepared: true,
         params: || {
             vec![
                 Box::new(Uuid::nil()),
@@ -169,6 +191,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "inspect: an intent by business key",
         sql: crate::inspect::INTENT_BY_BUSINESS_KEY,
         indexes: &["notification_intents_business_key"],
+        prepared: false,
         params: || {
             vec![
                 Box::new("acme".to_owned()),
@@ -183,6 +206,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::inspect::ATTEMPTS_OF_INTENT,
         // Each partition's index is named after its columns.
         indexes: &["intent_id_attempt_no_idx"],
+        prepared: false,
         params: || vec![Box::new(Uuid::nil())],
     },
     // Retention: not per event, but hourly on the largest tables, where a sequential scan
@@ -191,6 +215,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "retention: payloads whose body is due",
         sql: crate::retention::PURGE_CANDIDATES,
         indexes: &["notification_payloads_unpurged_idx"],
+        prepared: false,
         params: || {
             let cutoff = chrono::Utc::now() - chrono::Duration::days(90);
             vec![
@@ -205,12 +230,14 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "retention: purge bodies no live intent references",
         sql: crate::retention::PURGE_BODIES,
         indexes: &["notification_intents_payload_digest_idx"],
+        prepared: false,
         params: || vec![Box::new(texts())],
     },
     HotStatement {
         name: "retention: terminal intents created before the cutoff",
         sql: crate::retention::INTENT_CANDIDATES,
         indexes: &["notification_intents_pkey"],
+        prepared: false,
         params: || {
             let cutoff = chrono::Utc::now() - chrono::Duration::days(730);
             vec![
@@ -225,6 +252,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         name: "retention: delete payloads no intent references",
         sql: crate::retention::DELETE_UNREFERENCED_PAYLOADS,
         indexes: &["notification_intents_payload_digest_idx"],
+        prepared: false,
         params: || vec![Box::new(texts())],
     },
 ];
@@ -254,9 +282,20 @@ pub enum PlanKind {
     /// statement's first executions.
     Custom,
     /// The generic plan, for any values, which PostgreSQL may cache and use for every later
-    /// execution of a prepared statement (Herald prepares each statement once per
-    /// connection): its estimates do not see how many ids an array holds.
+    /// execution of a statement prepared once per connection ([`HotStatement::prepared`]):
+    /// its estimates do not see how many ids an array holds.
     Generic,
+}
+
+impl HotStatement {
+    /// The plans PostgreSQL may run this statement with.
+    pub fn plan_kinds(&self) -> &'static [PlanKind] {
+        if self.prepared {
+            &[PlanKind::Custom, PlanKind::Generic]
+        } else {
+            &[PlanKind::Custom]
+        }
+    }
 }
 
 /// The prepared statement [`Store::explain`] makes for a generic plan.
@@ -265,7 +304,20 @@ const CHECKED: &str = "herald_plan_check";
 impl Store {
     /// `EXPLAIN` (costs only; nothing is executed) of `statement` with sample parameters.
     pub async fn explain(&self, statement: &HotStatement, kind: PlanKind) -> Result<String> {
-        let conn = self.conn().await?;
+        // A connection of its own for a generic plan: the session setting and the prepared
+        // statement go with it, whatever happens, and never back to the pool.
+        let pooled;
+        let dedicated;
+        let conn: &tokio_postgres::Client = match kind {
+            PlanKind::Custom => {
+                pooled = self.conn().await?;
+                &pooled
+            }
+            PlanKind::Generic => {
+                dedicated = self.dedicated().await?;
+                &dedicated
+            }
+        };
         let params = (statement.params)();
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
@@ -295,13 +347,8 @@ impl Store {
                     statement.sql
                 ))
                 .await?;
-                // PREPARE outlives a failed EXPLAIN: deallocated whatever the outcome.
-                let explained = conn
-                    .query(&format!("EXPLAIN EXECUTE {CHECKED}({})", args.join(", ")), &[])
-                    .await;
-                conn.batch_execute(&format!("DEALLOCATE {CHECKED}; RESET plan_cache_mode"))
-                    .await?;
-                explained?
+                conn.query(&format!("EXPLAIN EXECUTE {CHECKED}({})", args.join(", ")), &[])
+                    .await?
             }
         };
         Ok(rows

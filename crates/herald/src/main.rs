@@ -43,10 +43,12 @@ use crate::config::Config;
 const DEFAULT_CONFIG: &str = "config/herald.toml";
 
 /// mimalloc instead of glibc's malloc: in a profile at 1,000 events/s, glibc's malloc and
-/// free were about a fifth of Herald's CPU, much of it arena locks and consolidation
-/// between the runtime's worker threads (BENCHMARKS.md, 2026-12-05). Built `no_thp`
-/// (Cargo.toml): on transparent huge pages, ingest's peak RSS doubled (64 to 132 MiB);
-/// without them it is 73-81 MiB.
+/// free were 24% of Herald's CPU samples, much of it arena locks and consolidation
+/// between the runtime's worker threads (BENCHMARKS.md, 2026-12-05). On transparent huge
+/// pages ingest's peak RSS doubled (64 to 132 MiB; 73-81 MiB without): built `no_thp`
+/// (Cargo.toml), mimalloc asks for none, and where the host's THP setting is `always` the
+/// image and the systemd unit set `MIMALLOC_ALLOW_THP=0`, which turns them off for the
+/// process.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

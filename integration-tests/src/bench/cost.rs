@@ -18,8 +18,9 @@
 //! waits, a few per run) are in both counts.
 //!
 //! Autovacuum and autoanalyze runs on Herald's tables that finished between the start and
-//! [`Meter::end`] are counted too (`pg_stat_user_tables`): their CPU is in PostgreSQL's,
-//! and whether one fell inside a run explains much of the spread between runs.
+//! [`Meter::end`] (so including Herald's shutdown; a run still going then is not counted)
+//! are counted too (`pg_stat_user_tables`): their CPU is in PostgreSQL's, and whether one
+//! fell inside a run may explain part of the spread between runs.
 
 use std::time::Duration;
 
@@ -81,9 +82,9 @@ pub struct Cost {
     pub wal_bytes: f64,
     pub transactions: f64,
     pub statements: f64,
-    /// Autovacuum runs on Herald's tables that finished during the stretch.
+    /// Autovacuum runs on Herald's tables that finished from the stretch's start to [`Meter::end`].
     pub autovacuums: f64,
-    /// Autoanalyze runs on Herald's tables that finished during the stretch.
+    /// Autoanalyze runs on Herald's tables that finished from the stretch's start to [`Meter::end`].
     pub autoanalyzes: f64,
 }
 

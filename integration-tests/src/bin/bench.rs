@@ -493,7 +493,8 @@ impl Series {
             self.figure("statements per notification", "", |r| {
                 per_one(r.cost.statements, r)
             }),
-            // Finished during the stretch: their CPU is in PostgreSQL's.
+            // Finished from the stretch's start to the end of Herald's shutdown: their CPU is
+            // in PostgreSQL's.
             self.figure("autovacuum runs on Herald's tables", "runs", |r| {
                 r.cost.autovacuums
             }),
