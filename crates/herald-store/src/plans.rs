@@ -258,6 +258,15 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
 ];
 
 impl HotStatement {
+    /// The plans PostgreSQL may run this statement with.
+    pub fn plan_kinds(&self) -> &'static [PlanKind] {
+        if self.prepared {
+            &[PlanKind::Custom, PlanKind::Generic]
+        } else {
+            &[PlanKind::Custom]
+        }
+    }
+
     /// What is wrong with `plan` (from [`Store::explain`]), if anything: none of the
     /// statement's indexes is used, or a table with rows is scanned sequentially (empty
     /// partitions, costed 0.00..0.00, are scanned at no cost and allowed).
@@ -287,37 +296,15 @@ pub enum PlanKind {
     Generic,
 }
 
-impl HotStatement {
-    /// The plans PostgreSQL may run this statement with.
-    pub fn plan_kinds(&self) -> &'static [PlanKind] {
-        if self.prepared {
-            &[PlanKind::Custom, PlanKind::Generic]
-        } else {
-            &[PlanKind::Custom]
-        }
-    }
-}
-
 /// The prepared statement [`Store::explain`] makes for a generic plan.
 const CHECKED: &str = "herald_plan_check";
 
 impl Store {
     /// `EXPLAIN` (costs only; nothing is executed) of `statement` with sample parameters.
     pub async fn explain(&self, statement: &HotStatement, kind: PlanKind) -> Result<String> {
-        // A connection of its own for a generic plan: the session setting and the prepared
-        // statement go with it, whatever happens, and never back to the pool.
-        let pooled;
-        let dedicated;
-        let conn: &tokio_postgres::Client = match kind {
-            PlanKind::Custom => {
-                pooled = self.conn().await?;
-                &pooled
-            }
-            PlanKind::Generic => {
-                dedicated = self.dedicated().await?;
-                &dedicated
-            }
-        };
+        // A connection of its own: a generic plan's session setting and prepared statement
+        // go with it, whatever happens, and never back to the pool.
+        let conn = self.dedicated().await?;
         let params = (statement.params)();
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();
