@@ -18,15 +18,13 @@
 //! are returned, and the caller retries the dead letters with backoff (the offsets behind
 //! them stay unstored meanwhile).
 
-use std::time::Duration;
-
 use futures::future::join_all;
 use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Message;
 use tracing::warn;
 
 use crate::headers::*;
+use crate::producer::AckedProducer;
 use crate::{KafkaError, KafkaSettings, Result};
 
 /// One message to dead-letter, with its bounded reason code and a human detail.
@@ -38,7 +36,7 @@ pub struct DeadLetter<'a> {
 
 #[derive(Clone)]
 pub struct DeadLetterProducer {
-    producer: FutureProducer,
+    producer: AckedProducer,
     topic: String,
     group: String,
 }
@@ -83,7 +81,7 @@ impl DeadLetterProducer {
         // so two dead letters that each fit could otherwise be refused together.
         config.set("batch.num.messages", "1");
         Ok(Self {
-            producer: config.create()?,
+            producer: AckedProducer::create(&config)?,
             topic: topic.to_owned(),
             group: group.to_owned(),
         })
@@ -194,31 +192,22 @@ impl DeadLetterProducer {
             }
             Form::Omitted => {}
         }
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(headers);
         let value = m.payload();
-        match form {
-            Form::Whole => {
-                if let Some(k) = m.key() {
-                    record = record.key(k);
-                }
-                if let Some(v) = value {
-                    record = record.payload(v);
-                }
-            }
+        let (key, payload) = match form {
+            Form::Whole => (m.key(), value),
             Form::Prefix => {
-                if let Some(k) = m.key().filter(|k| k.len() <= MAX_FALLBACK_KEY) {
-                    record = record.key(k);
-                }
                 let v = value.unwrap_or_default();
-                record = record.payload(&v[..v.len().min(PREFIX_BYTES)]);
+                (
+                    m.key().filter(|k| k.len() <= MAX_FALLBACK_KEY),
+                    Some(&v[..v.len().min(PREFIX_BYTES)]),
+                )
             }
-            Form::Omitted => {}
-        }
+            Form::Omitted => (None, None),
+        };
         self.producer
-            .send(record, Duration::from_secs(30))
+            .send(&self.topic, key, payload, headers)
             .await
-            .map_err(|(e, _)| KafkaError::Client(e))?;
-        Ok(())
+            .map_err(KafkaError::Client)
     }
 }
 

@@ -7,15 +7,13 @@
 //! channel's claim window the intent takes before it claims it. Messages written before
 //! the channel header existed decode with no channel.
 
-use std::time::Duration;
-
 use futures::future::join_all;
 use herald_core::Channel;
 use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use uuid::Uuid;
 
 use crate::headers::{valid_traceparent, TRACEPARENT};
+use crate::producer::AckedProducer;
 use crate::{KafkaSettings, Result};
 
 /// The channel of the intent a delivery message names.
@@ -101,14 +99,14 @@ impl DeliveryMessage {
 
 #[derive(Clone)]
 pub struct DeliveryPublisher {
-    producer: FutureProducer,
+    producer: AckedProducer,
     topic: String,
 }
 
 impl DeliveryPublisher {
     pub fn new(settings: &KafkaSettings, topic: &str) -> Result<Self> {
         Ok(Self {
-            producer: settings.producer().create()?,
+            producer: AckedProducer::create(&settings.producer())?,
             topic: topic.to_owned(),
         })
     }
@@ -122,13 +120,10 @@ impl DeliveryPublisher {
     pub async fn publish_all(&self, messages: &[DeliveryMessage]) -> Vec<bool> {
         let sends = messages.iter().map(|m| async move {
             let (id, headers) = m.encode();
-            let record: FutureRecord<'_, str, str> = FutureRecord::to(&self.topic)
-                .key(id.as_str())
-                .payload(id.as_str())
-                .headers(headers);
-            match self.producer.send(record, Duration::from_secs(30)).await {
-                Ok(_) => true,
-                Err((e, _)) => {
+            let id = Some(id.as_bytes());
+            match self.producer.send(&self.topic, id, id, headers).await {
+                Ok(()) => true,
+                Err(e) => {
                     tracing::warn!(error = %e, intent_id = %m.intent_id, "delivery message not acknowledged; it stays in the outbox");
                     false
                 }

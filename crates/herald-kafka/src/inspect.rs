@@ -8,9 +8,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::producer::AckedProducer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
@@ -385,7 +385,7 @@ pub async fn replay(
     if allowed.is_empty() {
         return Ok(report);
     }
-    let producer: FutureProducer = settings.producer().create()?;
+    let producer = AckedProducer::create(&settings.producer())?;
     for (source, r) in allowed {
         let from = format!("{dead_letter_topic}/{}@{}", r.partition, r.offset);
         let mut headers = OwnedHeaders::new();
@@ -399,17 +399,10 @@ pub async fn replay(
             key: REPLAYED_FROM,
             value: Some(from.as_str()),
         });
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(source).headers(headers);
-        if let Some(k) = &r.raw_key {
-            record = record.key(k);
-        }
-        if let Some(v) = &r.raw_payload {
-            record = record.payload(v);
-        }
         producer
-            .send(record, Duration::from_secs(30))
+            .send(source, r.raw_key.as_deref(), r.raw_payload.as_deref(), headers)
             .await
-            .map_err(|(e, _)| KafkaError::Client(e))?;
+            .map_err(KafkaError::Client)?;
         report.replayed += 1;
     }
     Ok(report)

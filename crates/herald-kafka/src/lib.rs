@@ -1,5 +1,6 @@
-//! Herald's Kafka side: client configuration, the batch consumer, the dead-letter
-//! producer, topic administration and header conventions.
+//! Herald's Kafka side: client configuration, the batch consumer, the producer every
+//! record Herald writes goes through, the dead-letter producer, topic administration and
+//! header conventions.
 //!
 //! Offsets are stored here and only here: a caller hands back the positions whose work is
 //! durable, and this crate stores them (`enable.auto.offset.store=false`) for librdkafka's
@@ -13,6 +14,7 @@ pub mod deliveries;
 pub mod delivery_consumer;
 pub mod headers;
 pub mod inspect;
+pub mod producer;
 pub mod stats;
 pub mod tracker;
 
@@ -31,7 +33,7 @@ pub enum KafkaError {
     Client(#[from] rdkafka::error::KafkaError),
     #[error("topic {topic:?}: {detail}")]
     Topic { topic: String, detail: String },
-    #[error("cannot start the consumer's poll thread: {0}")]
+    #[error("cannot start a client thread (the delivery consumer's poll thread, a producer's delivery thread): {0}")]
     PollThread(#[from] std::io::Error),
 }
 

@@ -4,33 +4,17 @@
 
 use std::time::Duration;
 
-use herald_kafka::admin::{ensure_topics, TopicSpec};
 use herald_kafka::consumer::message_bytes;
-use herald_kafka::{BatchConsumer, KafkaSettings, Message};
+use herald_kafka::{BatchConsumer, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-const BROKERS: &str = "127.0.0.1:19092";
+mod common;
+use common::{settings, topic};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_holds_at_most_its_byte_bound_unless_one_message_is_larger() {
-    let settings = KafkaSettings {
-        brokers: BROKERS.into(),
-        client_id: "herald-kafka-test".into(),
-        properties: Default::default(),
-    };
-    let unique = uuid::Uuid::new_v4().simple().to_string();
-    let topic = format!("it-batch-bytes-{unique}");
-    ensure_topics(
-        &settings,
-        &[TopicSpec {
-            name: topic.clone(),
-            partitions: 1,
-            replication: 1,
-            config: vec![],
-        }],
-    )
-    .await
-    .expect("creating the topic (is the local stack up? `make stack-up`)");
+    let settings = settings();
+    let topic = topic(&settings, "batch-bytes", vec![]).await;
     let producer: FutureProducer = settings.producer().create().unwrap();
     // Key + value sizes: 300 KB three times, 800 KB, 100 KB; the bound is 700 KB.
     let sizes = [300_000, 300_000, 300_000, 800_000, 100_000];
@@ -45,7 +29,7 @@ async fn a_batch_holds_at_most_its_byte_bound_unless_one_message_is_larger() {
             .map_err(|(e, _)| e)
             .unwrap();
     }
-    let consumer = BatchConsumer::subscribe(&settings, &format!("g-{unique}"), &[&topic], 4096).unwrap();
+    let consumer = BatchConsumer::subscribe(&settings, &format!("g-{topic}"), &[&topic], 4096).unwrap();
     let mut batches = Vec::new();
     let mut seen = 0;
     while seen < sizes.len() {

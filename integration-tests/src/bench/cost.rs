@@ -17,6 +17,9 @@
 //! stopped and their backends are gone. The driver's own queries on the database (its
 //! waits, a few per run) are in both counts.
 //!
+//! After the stretch, [`Meter::idle`] reads each one's CPU over a window with no events,
+//! as percent of one core: what Herald and the work it causes cost between bursts.
+//!
 //! Autovacuum and autoanalyze runs on Herald's tables that finished between the start and
 //! [`Meter::end`] (so including Herald's shutdown; a run still going then is not counted)
 //! are counted too (`pg_stat_user_tables`): their CPU is in PostgreSQL's, and whether one
@@ -86,6 +89,10 @@ pub struct Cost {
     pub autovacuums: f64,
     /// Autoanalyze runs on Herald's tables that finished from the stretch's start to [`Meter::end`].
     pub autoanalyzes: f64,
+    /// After the stretch, with no events arriving ([`Meter::idle`]): percent of one core.
+    pub idle_herald_pct: f64,
+    pub idle_postgres_pct: f64,
+    pub idle_kafka_pct: f64,
 }
 
 impl Cost {
@@ -106,6 +113,8 @@ impl Cost {
             "statements_per_notification": per_one(self.statements),
             "autovacuums": self.autovacuums,
             "autoanalyzes": self.autoanalyzes,
+            "idle_pct_of_a_core": {"herald": self.idle_herald_pct, "postgres": self.idle_postgres_pct,
+                                   "kafka": self.idle_kafka_pct},
         })
     }
 }
@@ -159,6 +168,8 @@ pub struct Meter {
     herald: Vec<u32>,
     cpu_start: Cpu,
     cpu_end: Option<Cpu>,
+    /// Percent of a core of each, over the idle window.
+    idle: Option<Cpu>,
     counters_start: Counters,
 }
 
@@ -190,6 +201,7 @@ impl Meter {
             herald,
             cpu_start,
             cpu_end: None,
+            idle: None,
             counters_start,
         })
     }
@@ -201,12 +213,33 @@ impl Meter {
         Ok(())
     }
 
+    /// After [`Meter::stretch_done`], once the stretch's last notification is accepted and
+    /// while Herald still runs with nothing to do: the CPU of the next `window`, as percent
+    /// of one core. It starts right after the last acceptance, so it includes the
+    /// stretch's tail (offset commits, the last spans' export): what a deployment between
+    /// bursts pays.
+    pub async fn idle(&mut self, window: Duration) -> Result<()> {
+        let before = cpu(&self.herald, self.postmaster, self.kafka)?;
+        tokio::time::sleep(window).await;
+        let after = cpu(&self.herald, self.postmaster, self.kafka)?;
+        let pct = |a: f64, b: f64| (b - a) / window.as_secs_f64() * 100.0;
+        self.idle = Some(Cpu {
+            herald: pct(before.herald, after.herald),
+            postgres: pct(before.postgres, after.postgres),
+            kafka: pct(before.kafka, after.kafka),
+        });
+        Ok(())
+    }
+
     /// Once Herald's processes have stopped: waits until their backends are gone (their
     /// last counts published), then reads the counters.
     pub async fn end(self) -> Result<Cost> {
         let cpu_end = self
             .cpu_end
             .context("Meter::stretch_done was not called before Meter::end")?;
+        let idle = self
+            .idle
+            .context("Meter::idle was not called before Meter::end")?;
         wait_for("Herald's backends to exit", Duration::from_secs(30), || async {
             let n: i64 = self
                 .admin
@@ -237,6 +270,9 @@ impl Meter {
             statements: (end.statements - self.counters_start.statements) as f64,
             autovacuums: (end.autovacuums - self.counters_start.autovacuums) as f64,
             autoanalyzes: (end.autoanalyzes - self.counters_start.autoanalyzes) as f64,
+            idle_herald_pct: idle.herald,
+            idle_postgres_pct: idle.postgres,
+            idle_kafka_pct: idle.kafka,
         })
     }
 }

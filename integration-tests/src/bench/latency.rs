@@ -107,6 +107,10 @@ pub async fn history(env: &TestEnv, notifications: i64) -> Result<()> {
 /// measured figures are those of a running process, and the start's are reported apart.
 pub const WARMUP_SECONDS: u64 = 5;
 
+/// After the measured stretch, how long the bench reads each process's CPU with no events
+/// arriving (Herald still running).
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+
 /// One run's results.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -225,6 +229,7 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
     let events = offer(&env, &p, rate, seconds, "l").await?;
     let notifications = events * 2;
     meter.stretch_done()?;
+    meter.idle(IDLE_WINDOW).await?;
     let mut herald = herald;
     herald.terminate(Duration::from_secs(30)).await?;
     let cost = meter.end().await?;

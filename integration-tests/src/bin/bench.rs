@@ -443,7 +443,7 @@ fn write_storage_only(
 const LATENCY_RATE: f64 = 1000.0;
 
 /// The figures of [`Series::costs`].
-const COST_FIGURES: usize = 9;
+const COST_FIGURES: usize = 12;
 
 /// The runs at one offered rate.
 struct Series {
@@ -501,6 +501,10 @@ impl Series {
             self.figure("autoanalyze runs on Herald's tables", "runs", |r| {
                 r.cost.autoanalyzes
             }),
+            // The stretch's first seconds without events, while Herald still runs.
+            self.figure("idle, % of a core, Herald", "%", |r| r.cost.idle_herald_pct),
+            self.figure("idle, % of a core, PostgreSQL", "%", |r| r.cost.idle_postgres_pct),
+            self.figure("idle, % of a core, Kafka", "%", |r| r.cost.idle_kafka_pct),
         ]
     }
 

@@ -1,0 +1,98 @@
+//! `AckedProducer` against the local broker (`make stack-up`, 127.0.0.1:19092): a send
+//! returns once the broker holds the record, with its key, value and headers; a record
+//! the client or the broker refuses is an error with librdkafka's code. The delivery
+//! thread's end is in `producer_thread.rs` (it counts the process's threads).
+
+use std::time::Duration;
+
+use herald_kafka::producer::AckedProducer;
+use herald_kafka::{BatchConsumer, Message};
+use rdkafka::error::KafkaError as RdKafkaError;
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::types::RDKafkaErrorCode;
+
+mod common;
+use common::{settings, topic};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_record_is_on_the_topic_as_it_was_sent() {
+    let settings = settings();
+    let topic = topic(&settings, "producer", vec![]).await;
+    let producer = AckedProducer::create(&settings.producer()).unwrap();
+    let headers = OwnedHeaders::new().insert(Header {
+        key: "traceparent",
+        value: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+    });
+    producer
+        .send(&topic, Some(b"the-key"), Some(b"the-value"), headers)
+        .await
+        .expect("acknowledged");
+    producer
+        .send(&topic, None, None, OwnedHeaders::new())
+        .await
+        .expect("a record without key or value is acknowledged too");
+
+    let consumer = BatchConsumer::subscribe(&settings, &format!("g-{topic}"), &[&topic], 1024).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let batch = tokio::time::timeout(
+            Duration::from_secs(60),
+            consumer.next_batch(10, 1 << 20, Duration::from_secs(1)),
+        )
+        .await
+        .expect("both records within 60 s")
+        .unwrap();
+        got.extend(batch);
+    }
+    let first = &got[0];
+    assert_eq!(first.key(), Some(&b"the-key"[..]));
+    assert_eq!(first.payload(), Some(&b"the-value"[..]));
+    let h = first.headers().expect("headers");
+    assert_eq!(
+        (h.count(), h.get(0).key, h.get(0).value),
+        (
+            1,
+            "traceparent",
+            Some(&b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"[..])
+        )
+    );
+    assert_eq!((got[1].key(), got[1].payload()), (None, None));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_record_is_an_error_with_its_code() {
+    let settings = settings();
+    // The broker refuses records over 2,000 bytes on this topic: the refusal comes back in
+    // the delivery report.
+    let topic = topic(
+        &settings,
+        "producer",
+        vec![("max.message.bytes".into(), "2000".into())],
+    )
+    .await;
+    let producer = AckedProducer::create(&settings.producer()).unwrap();
+    let big = vec![b'x'; 10_000];
+    let refused = producer
+        .send(&topic, None, Some(&big), OwnedHeaders::new())
+        .await
+        .expect_err("refused by the broker");
+    assert_eq!(
+        refused,
+        RdKafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)
+    );
+    // Over the client's own message.max.bytes (1,000,000): refused before it is queued.
+    let huge = vec![b'x'; 1_100_000];
+    let refused = producer
+        .send(&topic, None, Some(&huge), OwnedHeaders::new())
+        .await
+        .expect_err("refused by the client");
+    assert_eq!(
+        refused,
+        RdKafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)
+    );
+    // The producer still works after a refusal.
+    producer
+        .send(&topic, None, Some(b"small"), OwnedHeaders::new())
+        .await
+        .expect("acknowledged");
+}
