@@ -14,6 +14,22 @@ use rdkafka::types::RDKafkaErrorCode;
 mod common;
 use common::{settings, topic};
 
+/// `send`, failing the test instead of hanging if no answer comes.
+async fn answer(
+    producer: &AckedProducer,
+    topic: &str,
+    key: Option<&[u8]>,
+    payload: Option<&[u8]>,
+    headers: OwnedHeaders,
+) -> Result<(), RdKafkaError> {
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        producer.send(topic, key, payload, headers),
+    )
+    .await
+    .expect("an answer within 60 s")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acknowledged_record_is_on_the_topic_as_it_was_sent() {
     let settings = settings();
@@ -23,12 +39,10 @@ async fn an_acknowledged_record_is_on_the_topic_as_it_was_sent() {
         key: "traceparent",
         value: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
     });
-    producer
-        .send(&topic, Some(b"the-key"), Some(b"the-value"), headers)
+    answer(&producer, &topic, Some(b"the-key"), Some(b"the-value"), headers)
         .await
         .expect("acknowledged");
-    producer
-        .send(&topic, None, None, OwnedHeaders::new())
+    answer(&producer, &topic, None, None, OwnedHeaders::new())
         .await
         .expect("a record without key or value is acknowledged too");
 
@@ -72,8 +86,7 @@ async fn a_refused_record_is_an_error_with_its_code() {
     .await;
     let producer = AckedProducer::create(&settings.producer()).unwrap();
     let big = vec![b'x'; 10_000];
-    let refused = producer
-        .send(&topic, None, Some(&big), OwnedHeaders::new())
+    let refused = answer(&producer, &topic, None, Some(&big), OwnedHeaders::new())
         .await
         .expect_err("refused by the broker");
     assert_eq!(
@@ -82,8 +95,7 @@ async fn a_refused_record_is_an_error_with_its_code() {
     );
     // Over the client's own message.max.bytes (1,000,000): refused before it is queued.
     let huge = vec![b'x'; 1_100_000];
-    let refused = producer
-        .send(&topic, None, Some(&huge), OwnedHeaders::new())
+    let refused = answer(&producer, &topic, None, Some(&huge), OwnedHeaders::new())
         .await
         .expect_err("refused by the client");
     assert_eq!(
@@ -91,8 +103,7 @@ async fn a_refused_record_is_an_error_with_its_code() {
         RdKafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)
     );
     // The producer still works after a refusal.
-    producer
-        .send(&topic, None, Some(b"small"), OwnedHeaders::new())
+    answer(&producer, &topic, None, Some(b"small"), OwnedHeaders::new())
         .await
         .expect("acknowledged");
 }

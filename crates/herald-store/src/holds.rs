@@ -168,21 +168,19 @@ pub(crate) async fn open_of_sellers(
 /// Open holds whose seller has a profile and that no release failed for: a backstop for a
 /// profile stored by another path than ingest. Locked, oldest deadline first.
 pub(crate) async fn open_with_profile(client: &impl GenericClient, limit: i64) -> Result<Vec<HeldIntent>> {
-    // intent_holds_open_until_idx, then sellers_pkey and notification_intents_pkey.
-    let rows = client
-        .query(
-            "SELECT h.intent_id, h.marketplace_id, h.seller_id, h.event, i.channel, i.template
-             FROM intent_holds h
-             JOIN sellers s ON s.marketplace_id = h.marketplace_id AND s.seller_id = h.seller_id
-             JOIN notification_intents i ON i.id = h.intent_id
-             WHERE h.decision IS NULL AND h.hold_until > now() AND h.last_error IS NULL
-             ORDER BY h.hold_until LIMIT $1
-             FOR UPDATE OF h SKIP LOCKED",
-            &[&limit],
-        )
-        .await?;
-    held(rows)
+    held(client.query(OPEN_HOLDS_WITH_PROFILE, &[&limit]).await?)
 }
+
+/// Open holds whose seller has a profile, oldest deadline first (intent_holds_open_until_idx,
+/// then sellers_pkey and notification_intents_pkey), locked for the release.
+pub(crate) const OPEN_HOLDS_WITH_PROFILE: &str =
+    "SELECT h.intent_id, h.marketplace_id, h.seller_id, h.event, i.channel, i.template
+     FROM intent_holds h
+     JOIN sellers s ON s.marketplace_id = h.marketplace_id AND s.seller_id = h.seller_id
+     JOIN notification_intents i ON i.id = h.intent_id
+     WHERE h.decision IS NULL AND h.hold_until > now() AND h.last_error IS NULL
+     ORDER BY h.hold_until LIMIT $1
+     FOR UPDATE OF h SKIP LOCKED";
 
 /// Freezes released intents: their payloads, then each intent (`pending` with an outbox
 /// row when consent is granted, else `suppressed`; `observed` when held by a route in

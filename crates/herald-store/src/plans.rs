@@ -118,6 +118,14 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         params: || vec![Box::new(texts()), Box::new(texts())],
     },
     HotStatement {
+        name: "holds: open holds whose sellers have profiles (the backstop round)",
+        sql: crate::holds::OPEN_HOLDS_WITH_PROFILE,
+        // The deadline order of the open holds, whatever the decided ones number.
+        indexes: &["intent_holds_open_until_idx"],
+        prepared: false,
+        params: || vec![Box::new(500i64)],
+    },
+    HotStatement {
         name: "holds: release held intents by id",
         sql: crate::holds::RELEASE,
         indexes: &["notification_intents_pkey"],

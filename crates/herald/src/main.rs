@@ -33,6 +33,7 @@ mod shutdown;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +42,10 @@ use herald_telemetry::Telemetry;
 use crate::config::Config;
 
 const DEFAULT_CONFIG: &str = "config/herald.toml";
+
+/// How long the exit waits for the Kafka producers' clients to close (each within about a
+/// second of its last use; `herald_kafka::producer`).
+const CLOSE_LIMIT: Duration = Duration::from_secs(3);
 
 /// mimalloc instead of glibc's malloc: in a profile at 1,000 events/s, glibc's malloc and
 /// free were 24% of Herald's CPU samples, much of it arena locks and consolidation
@@ -178,6 +183,13 @@ fn main() -> ExitCode {
     // Tasks still running (a role's helpers) are dropped here; then buffered spans and
     // metrics are flushed, outside the runtime (the OTLP client blocks).
     drop(runtime);
+    // The producers were dropped with their tasks: their clients close on their own
+    // threads, within about a second. Exiting first would leave librdkafka running while
+    // the process tears down.
+    let still_open = herald_kafka::producer::wait_for_closed(CLOSE_LIMIT);
+    if still_open > 0 {
+        tracing::warn!(producers = still_open, "exiting with Kafka producers still open");
+    }
     telemetry.shutdown();
     scenario.teardown();
     match result {

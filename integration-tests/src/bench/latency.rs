@@ -109,7 +109,7 @@ pub const WARMUP_SECONDS: u64 = 5;
 
 /// After the measured stretch, how long the bench reads each process's CPU with no events
 /// arriving (Herald still running).
-const IDLE_WINDOW: Duration = Duration::from_secs(10);
+const IDLE_WINDOW: Duration = Duration::from_secs(20);
 
 /// One run's results.
 #[derive(Debug, Clone)]

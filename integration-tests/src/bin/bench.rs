@@ -501,7 +501,7 @@ impl Series {
             self.figure("autoanalyze runs on Herald's tables", "runs", |r| {
                 r.cost.autoanalyzes
             }),
-            // The stretch's first seconds without events, while Herald still runs.
+            // The 20 s after the stretch, without events, while Herald still runs.
             self.figure("idle, % of a core, Herald", "%", |r| r.cost.idle_herald_pct),
             self.figure("idle, % of a core, PostgreSQL", "%", |r| r.cost.idle_postgres_pct),
             self.figure("idle, % of a core, Kafka", "%", |r| r.cost.idle_kafka_pct),
