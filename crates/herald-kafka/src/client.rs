@@ -68,6 +68,13 @@ impl KafkaSettings {
     /// At-least-once consumer: offsets are stored explicitly after the work is durable and
     /// committed by librdkafka's auto-commit; cooperative-sticky assignment.
     pub fn consumer(&self, group_id: &str) -> ClientConfig {
+        self.consumer_tuned(group_id, &[])
+    }
+
+    /// [`KafkaSettings::consumer`] with a consumer's own tuning (`tuning`, property and
+    /// value) on top of the shared one. Both go in before the `[kafka.properties]`
+    /// pass-through, so an operator's property always wins over them.
+    pub fn consumer_tuned(&self, group_id: &str, tuning: &[(&str, &str)]) -> ClientConfig {
         let mut c = self.base();
         c.set("partition.assignment.strategy", "cooperative-sticky")
             .set("enable.partition.eof", "false")
@@ -76,6 +83,9 @@ impl KafkaSettings {
             .set("max.poll.interval.ms", "300000")
             .set("auto.commit.interval.ms", "1000")
             .set("statistics.interval.ms", crate::stats::STATISTICS_INTERVAL_MS);
+        for (k, v) in tuning {
+            c.set(*k, *v);
+        }
         self.pass_through(&mut c);
         // These make the group and the at-least-once promise; they are set last so that no
         // pass-through property can change them.
@@ -155,5 +165,48 @@ mod tests {
         assert_eq!(producer.get("enable.idempotence"), Some("true"));
         assert_eq!(s.admin().get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(s.reader("g").get("isolation.level"), Some("read_committed"));
+        let tuned = s.consumer_tuned(
+            "g",
+            &[("session.timeout.ms", "45000"), ("fetch.wait.max.ms", "20")],
+        );
+        assert_eq!(
+            tuned.get("session.timeout.ms"),
+            Some("6000"),
+            "the operator's property wins"
+        );
+        assert_eq!(tuned.get("fetch.wait.max.ms"), Some("20"));
+        assert_eq!(tuned.get("enable.auto.offset.store"), Some("false"));
+    }
+
+    /// Each consumer's own tuning is a default the operator can change; its own setting
+    /// without a property is what it documents.
+    #[test]
+    fn properties_override_each_consumers_tuning() {
+        let with = |props: &[(&str, &str)]| KafkaSettings {
+            brokers: "127.0.0.1:19092".into(),
+            client_id: "herald-test".into(),
+            properties: props
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
+        let operator = with(&[
+            ("queued.max.messages.kbytes", "512"),
+            ("fetch.queue.backoff.ms", "5"),
+        ]);
+        let delivery = crate::delivery_consumer::client_config(&operator, "g");
+        assert_eq!(delivery.get("queued.max.messages.kbytes"), Some("512"));
+        let ingest = crate::consumer::client_config(&operator, "g", 4096);
+        assert_eq!(ingest.get("fetch.queue.backoff.ms"), Some("5"));
+        assert_eq!(
+            ingest.get("queued.max.messages.kbytes"),
+            Some("4096"),
+            "ingest.prefetch_kbytes wins"
+        );
+        let plain = with(&[]);
+        let delivery = crate::delivery_consumer::client_config(&plain, "g");
+        assert_eq!(delivery.get("queued.max.messages.kbytes"), Some("2048"));
+        let ingest = crate::consumer::client_config(&plain, "g", 4096);
+        assert_eq!(ingest.get("fetch.queue.backoff.ms"), Some("50"));
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Headers, OwnedMessage};
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use crate::{KafkaSettings, LagStats, Result};
@@ -103,9 +103,20 @@ pub struct BatchConsumer {
     carried: Mutex<Option<OwnedMessage>>,
 }
 
-/// How long a partition's next fetch waits once the prefetch queue is full (librdkafka's
-/// `fetch.queue.backoff.ms`), for the ingest consumer.
-const FETCH_QUEUE_BACKOFF_MS: &str = "50";
+/// The ingest consumer's own tuning, under any `[kafka.properties]`. A full prefetch queue
+/// postpones a partition's next fetch by `fetch.queue.backoff.ms` (1 s by default): with a
+/// queue of a few large messages that idled ingest between batches (300 messages of 1 MB
+/// took 8.6 s instead of 3), so it waits 50 ms.
+const INGEST_TUNING: &[(&str, &str)] = &[("fetch.queue.backoff.ms", "50")];
+
+/// The ingest consumer's librdkafka configuration. `queued.max.messages.kbytes` goes in
+/// after the `[kafka.properties]` pass-through: it is the ingest bound, whose own key is
+/// `ingest.prefetch_kbytes`.
+pub(crate) fn client_config(settings: &KafkaSettings, group: &str, prefetch_kbytes: u32) -> ClientConfig {
+    let mut config = settings.consumer_tuned(group, INGEST_TUNING);
+    config.set("queued.max.messages.kbytes", prefetch_kbytes.to_string());
+    config
+}
 
 /// What a message costs a batch: its key, value and header bytes (a hostile producer can
 /// put its megabyte in headers as well as in the value).
@@ -132,15 +143,7 @@ impl BatchConsumer {
         prefetch_kbytes: u32,
     ) -> Result<Self> {
         let lag = LagStats::default();
-        let mut config = settings.consumer(group);
-        // After the `[kafka.properties]` pass-through: the ingest bound is its own key.
-        config.set("queued.max.messages.kbytes", prefetch_kbytes.to_string());
-        // A full queue postpones a partition's next fetch by `fetch.queue.backoff.ms`
-        // (1 s by default): with a queue of a few large messages that idled ingest between
-        // batches (300 messages of 1 MB took 8.6 s instead of 3). Settable as a property.
-        if !settings.properties.contains_key("fetch.queue.backoff.ms") {
-            config.set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
-        }
+        let config = client_config(settings, group, prefetch_kbytes);
         let consumer: StreamConsumer<LoggingContext> = config.create_with_context(LoggingContext {
             group: group.to_owned(),
             lag: lag.clone(),

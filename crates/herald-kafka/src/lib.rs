@@ -1,6 +1,12 @@
-//! Herald's Kafka side: client configuration, the batch consumer, the producer every
-//! record Herald writes goes through, the dead-letter producer, topic administration and
-//! header conventions.
+//! Herald's Kafka side, by stage:
+//!
+//! | stage | modules |
+//! |---|---|
+//! | every client | `client` (librdkafka settings, `[kafka.properties]`), `producer` (each send awaited until acknowledged), `headers`, `stats` (lag from librdkafka's statistics) |
+//! | ingest | `consumer` (poll batches, offsets stored once the batch is durable), `dead_letter` |
+//! | relay | `deliveries` (the `herald.deliveries` wire form and its publisher) |
+//! | deliver | `delivery_consumer` (many attempts in flight, an outstanding window, revocations that wait), `tracker` (the contiguous completed prefix per partition), `deliveries` (decoding) |
+//! | operators | `admin` (`herald topics ensure`), `inspect` (`herald lag`, `herald dead-letter list\|replay`) |
 //!
 //! Offsets are stored here and only here: a caller hands back the positions whose work is
 //! durable, and this crate stores them (`enable.auto.offset.store=false`) for librdkafka's

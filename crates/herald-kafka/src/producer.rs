@@ -7,7 +7,7 @@
 //! through its last millisecond, since librdkafka waits in whole milliseconds and the time
 //! left is rounded down to 0 and polled again until the deadline has passed. On an idle
 //! Herald that was 1% of a core for each of its two producers, nearly all of the
-//! process's idle CPU. Here the thread polls [`POLL_WAIT`] at a time, so it spins through
+//! process's idle CPU. Here the thread polls `POLL_WAIT` at a time, so it spins through
 //! one millisecond a second (0.1% of a core). A delivery report is handled as soon as it
 //! arrives, so the wait bounds only how soon the thread notices that the producer was
 //! dropped: it is not joined then (a drop would block its task for up to a second), and
@@ -61,7 +61,7 @@ impl ProducerContext for Reports {
 }
 
 /// A producer whose sends return once the broker answered. Cheap to clone; the
-/// delivery thread stops within [`POLL_WAIT`] after the last clone is dropped.
+/// delivery thread stops within `POLL_WAIT` after the last clone is dropped.
 #[derive(Clone)]
 pub struct AckedProducer {
     shared: Arc<Shared>,
@@ -73,7 +73,7 @@ struct Shared {
 }
 
 impl Drop for Shared {
-    /// Failure policy: the thread stops within [`POLL_WAIT`] and drops the client, which
+    /// Failure policy: the thread stops within `POLL_WAIT` and drops the client, which
     /// fails the records still queued (those of sends whose tasks were cancelled: no send
     /// can be waiting, each borrows the producer). A process that exits before that loses
     /// only records nobody was told were acknowledged: they stay in the outbox, or their
@@ -136,7 +136,7 @@ impl AckedProducer {
     }
 
     /// Produces one record and waits for the broker's answer. A full local queue is
-    /// waited out for up to [`QUEUE_TIMEOUT`]; any other refusal is returned at once.
+    /// waited out for up to `QUEUE_TIMEOUT`; any other refusal is returned at once.
     pub async fn send(
         &self,
         topic: &str,

@@ -10,9 +10,14 @@
 //! herald [--config FILE] dead-letter list [--reason R] [--json]
 //! herald [--config FILE] dead-letter replay --record P:O ... | --reason R | --all [--dry-run]
 //! herald [--config FILE] lag [--json]
+//! herald [--config FILE] template activate --template T --channel email|sms --locale L --revision R
 //! herald [--config FILE] retention run [--dry-run] [--json]
-//! herald [--config FILE] run --roles ingest,relay
+//! herald [--config FILE] suppression list [--all] | remove --channel email|sms --reason R (--address A | --digest D)
+//! herald [--config FILE] check-config
+//! herald [--config FILE] run [--roles ingest,relay,deliver,reconcile]   (default: ingest,relay,deliver)
 //! ```
+//!
+//! `herald <command> --help` is the reference; `commands/` holds one module per command.
 
 mod admin;
 mod commands;

@@ -1,5 +1,7 @@
 //! A periodic progress line for a role's main counter (messages/s, attempts/s), logged
-//! only when there was traffic. Metrics replace it with the observability issue.
+//! only when there was traffic: for someone reading the log without a metrics backend.
+//! The exported metrics (`herald_telemetry::Metrics`) count the same events; the counter
+//! read here is the role's own total (`ingest::stats`, `deliver::stats`).
 
 use std::time::{Duration, Instant};
 

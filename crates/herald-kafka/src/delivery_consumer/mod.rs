@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
@@ -226,10 +226,7 @@ impl DeliveryConsumer {
             completed: Condvar::new(),
             revocations: watch::Sender::new(0),
         });
-        let mut config = settings.consumer(group);
-        // With many partitions and a small window, prefetch little: backpressure is
-        // pausing, not a deep local queue.
-        config.set("queued.max.messages.kbytes", "2048");
+        let config = client_config(settings, group);
         let lag = LagStats::default();
         let consumer: Client = config.create_with_context(ConsumerCallbacks {
             shared: shared.clone(),
@@ -267,6 +264,17 @@ impl DeliveryConsumer {
             let _ = t.join();
         }
     }
+}
+
+/// The delivery consumer's own tuning, under any `[kafka.properties]` (an operator's
+/// `queued.max.messages.kbytes` wins). Its work is bounded by the outstanding window, not
+/// by librdkafka's queue, so the queue of prefetched messages is kept small: 2 MiB for all
+/// partitions together, against librdkafka's 64 MiB.
+const DELIVERY_TUNING: &[(&str, &str)] = &[("queued.max.messages.kbytes", "2048")];
+
+/// The delivery consumer's librdkafka configuration.
+pub(crate) fn client_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
+    settings.consumer_tuned(group, DELIVERY_TUNING)
 }
 
 /// How long the window may stay full before every partition is paused. Until then the

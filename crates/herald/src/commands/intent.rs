@@ -1,3 +1,8 @@
+//! `herald intent show | list | resolve`: an intent as the ledger holds it (frozen
+//! content's digest, template revision, consent, state, every attempt, conflicts kept as
+//! evidence), named by business key or id; and an operator's decision on an intent whose
+//! last attempt is `unknown` (`--as accepted|retry --reason R`, recorded with who decided).
+
 use clap::Subcommand;
 use herald_core::{BusinessKey, Channel};
 use herald_store::delivery::Resolution;

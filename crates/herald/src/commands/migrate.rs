@@ -1,3 +1,7 @@
+//! `herald migrate`: applies pending migrations as the schema owner, creates the attempt
+//! partitions ahead and grants the runtime role what `herald run` needs. `herald run`
+//! does the same at start-up when `database.migrate_on_start` is set.
+
 use anyhow::Context;
 use herald_store::migrate::MigrationReport;
 use herald_store::Store;

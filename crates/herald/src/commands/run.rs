@@ -1,3 +1,8 @@
+//! `herald run --roles ...`: the daemon. Validates the roles against the configuration,
+//! migrates if `database.migrate_on_start`, starts health, gauges, retention and the admin
+//! endpoints, then runs each role (ingest, relay, deliver, reconcile) until SIGTERM or
+//! SIGINT; the first role to fail stops the process with its error.
+
 use std::sync::Arc;
 
 use anyhow::{bail, Context};

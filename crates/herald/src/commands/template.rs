@@ -1,3 +1,7 @@
+//! `herald template publish | activate`: immutable template revisions. Publishing a
+//! revision again with the same content is a no-op, with other content it is refused;
+//! activating makes a published revision the one new intents render with.
+
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};

@@ -1,3 +1,7 @@
+//! `herald topics ensure`: creates Herald's topics that do not exist yet, with the partition
+//! counts and replication factor of the configuration; existing topics are reported, never
+//! changed.
+
 use clap::Subcommand;
 use herald_kafka::admin::{ensure_topics, TopicStatus};
 
