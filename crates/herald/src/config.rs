@@ -1,6 +1,8 @@
-//! Configuration: embedded defaults, then the TOML file, then `HERALD_*` environment
-//! variables (`HERALD_DATABASE__URL` sets `database.url`). Validated at start-up; every
-//! error names the key. Every key is documented in `config/herald.example.toml`.
+//! Configuration: the embedded defaults ([`DEFAULTS`], `config/herald.example.toml`, where
+//! every key is documented), then the TOML file, then `HERALD_*` environment variables
+//! (`HERALD_DATABASE__URL` sets `database.url`, for every table of [`Config::sections`]).
+//! The sections' structs have no defaults of their own and refuse unknown keys. Validated
+//! at start-up; every error names the key.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -8,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use chrono::{DateTime, Utc};
-use figment::providers::{Env, Format, Serialized, Toml};
+use figment::providers::{Env, Format, Toml};
 use figment::Figment;
 use herald_core::consent::is_plausible_email;
 use herald_core::lease::LeaseBudget;
@@ -20,8 +22,8 @@ use herald_store::StoreConfig;
 use herald_telemetry::{LogSettings, OtelSettings};
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Config {
     pub log: LogSettings,
     pub telemetry: OtelSettings,
@@ -37,12 +39,14 @@ pub struct Config {
     pub rendering: RenderingConfig,
     pub retention: RetentionConfig,
     pub reconcile: ReconcileConfig,
+    /// None by default: an event kind without a route is skipped and counted.
+    #[serde(default)]
     pub routes: Vec<Route>,
 }
 
 /// The admin HTTP endpoint: health, readiness, metrics and the inspection API.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// `host:port`; loopback by default. Empty: no admin endpoint.
     pub listen: String,
@@ -55,17 +59,6 @@ pub struct AdminConfig {
     pub token: Option<String>,
     /// A file holding the token (trailing whitespace ignored).
     pub token_file: Option<String>,
-}
-
-impl Default for AdminConfig {
-    fn default() -> Self {
-        Self {
-            listen: "127.0.0.1:9464".into(),
-            probe_listen: String::new(),
-            token: None,
-            token_file: None,
-        }
-    }
 }
 
 impl AdminConfig {
@@ -97,7 +90,7 @@ fn bearer_token(section: &str, token: Option<&str>, file: Option<&str>) -> anyho
 /// HTTP ingest: `POST /v1/order-events` with an `Idempotency-Key`, for producers that
 /// cannot write to Kafka. Served by processes running the ingest role.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct HttpIngestConfig {
     /// `host:port`; empty (the default): no HTTP ingest.
     pub listen: String,
@@ -115,19 +108,6 @@ pub struct HttpIngestConfig {
     pub max_in_flight: usize,
 }
 
-impl Default for HttpIngestConfig {
-    fn default() -> Self {
-        Self {
-            listen: String::new(),
-            token: None,
-            token_file: None,
-            key_retention_hours: 168,
-            in_progress_wait_ms: 200,
-            max_in_flight: 4,
-        }
-    }
-}
-
 impl HttpIngestConfig {
     pub fn bearer_token(&self) -> anyhow::Result<Option<String>> {
         bearer_token("http_ingest", self.token.as_deref(), self.token_file.as_deref())
@@ -139,7 +119,7 @@ impl HttpIngestConfig {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct DatabaseConfig {
     /// What `herald run` connects as: in production a runtime role that reads and writes
     /// rows and cannot change the schema (see `runtime_role`).
@@ -171,25 +151,8 @@ fn non_empty_path(p: &Option<String>) -> Option<std::path::PathBuf> {
     p.as_deref().filter(|f| !f.is_empty()).map(Into::into)
 }
 
-impl Default for DatabaseConfig {
-    fn default() -> Self {
-        Self {
-            url: "postgres://herald@127.0.0.1:5432/herald".into(),
-            owner_url: None,
-            runtime_role: None,
-            tls_ca_file: None,
-            password_file: None,
-            owner_password_file: None,
-            pool_size: 16,
-            connect_timeout_ms: 5000,
-            migrate_on_start: true,
-            attempt_partitions_ahead: 3,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     pub brokers: String,
     pub client_id: String,
@@ -207,23 +170,8 @@ pub struct KafkaConfig {
     pub properties: BTreeMap<String, String>,
 }
 
-impl Default for KafkaConfig {
-    fn default() -> Self {
-        Self {
-            brokers: "127.0.0.1:9092".into(),
-            client_id: "herald".into(),
-            topic_prefix: String::new(),
-            replication_factor: 3,
-            min_insync_replicas: 0,
-            topics: TopicNames::default(),
-            partitions: TopicPartitions::default(),
-            properties: BTreeMap::new(),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct TopicNames {
     pub order_events: String,
     pub seller_profiles: String,
@@ -231,19 +179,8 @@ pub struct TopicNames {
     pub dead_letter: String,
 }
 
-impl Default for TopicNames {
-    fn default() -> Self {
-        Self {
-            order_events: "order-events".into(),
-            seller_profiles: "seller-profiles".into(),
-            deliveries: "herald.deliveries".into(),
-            dead_letter: "herald.dead-letter".into(),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct TopicPartitions {
     pub order_events: i32,
     pub seller_profiles: i32,
@@ -251,19 +188,8 @@ pub struct TopicPartitions {
     pub dead_letter: i32,
 }
 
-impl Default for TopicPartitions {
-    fn default() -> Self {
-        Self {
-            order_events: 12,
-            seller_profiles: 6,
-            deliveries: 12,
-            dead_letter: 3,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct IngestConfig {
     pub group_id: String,
     /// Most messages per poll batch (one PostgreSQL transaction).
@@ -291,23 +217,8 @@ impl IngestConfig {
     }
 }
 
-impl Default for IngestConfig {
-    fn default() -> Self {
-        Self {
-            group_id: "herald-ingest".into(),
-            batch_max_messages: 500,
-            batch_linger_ms: 20,
-            batch_max_bytes: 8 << 20,
-            prefetch_max_kbytes: 16 * 1024,
-            max_message_bytes: 64 * 1024,
-            retry_backoff_max_ms: 10_000,
-            profile_wait_secs: 300,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct RelayConfig {
     /// Most outbox rows claimed and published per round.
     pub batch_size: i64,
@@ -325,20 +236,8 @@ pub struct RelayConfig {
     pub stranded_grace_secs: u64,
 }
 
-impl Default for RelayConfig {
-    fn default() -> Self {
-        Self {
-            batch_size: 500,
-            poll_interval_ms: 1000,
-            retry_backoff_max_ms: 10_000,
-            stranded_check_secs: 60,
-            stranded_grace_secs: 600,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct DeliveryConfig {
     /// Consumer group on herald.deliveries.
     pub group_id: String,
@@ -371,26 +270,10 @@ pub struct DeliveryConfig {
     pub drain_timeout_ms: u64,
 }
 
-impl Default for DeliveryConfig {
-    fn default() -> Self {
-        Self {
-            group_id: "herald-delivery".into(),
-            max_in_flight: 256,
-            max_outstanding_per_partition: 0,
-            db_batch_max: 256,
-            db_batch_linger_ms: 0,
-            lease_secs: 60,
-            lease_margin_ms: 3000,
-            sweep_interval_ms: 5000,
-            drain_timeout_ms: 15_000,
-        }
-    }
-}
-
 /// The AWS clients. Unset values come from the standard chain (AWS_REGION,
 /// AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, profiles, instance roles).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct AwsConfig {
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
@@ -403,21 +286,8 @@ pub struct AwsConfig {
     pub secret_access_key: Option<String>,
 }
 
-impl Default for AwsConfig {
-    fn default() -> Self {
-        Self {
-            region: None,
-            endpoint_url: None,
-            connect_timeout_ms: 2000,
-            attempt_timeout_ms: 10_000,
-            access_key_id: None,
-            secret_access_key: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ChannelsConfig {
     pub email: EmailChannelConfig,
     pub sms: SmsChannelConfig,
@@ -425,7 +295,7 @@ pub struct ChannelsConfig {
 
 /// Retry behaviour shared by both channels.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct RetryConfig {
     /// Attempts in all, the first included; then a retryable failure is `failed`.
     pub max_attempts: u32,
@@ -437,20 +307,11 @@ pub struct RetryConfig {
     pub rate_per_second: u32,
 }
 
-impl Default for RetryConfig {
-    fn default() -> Self {
-        Self {
-            max_attempts: 5,
-            base_backoff_ms: 2000,
-            max_backoff_ms: 300_000,
-            on_unknown: UnknownPolicy::Hold,
-            rate_per_second: 14,
-        }
-    }
-}
-
+/// serde documents `deny_unknown_fields` beside `flatten` as unsupported, yet it is what
+/// refuses an unknown key here (without it one is silently ignored, even though the
+/// flattened [`RetryConfig`] denies unknown fields): `make test` tries one in every table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct EmailChannelConfig {
     /// Default From address (a verified SES identity).
     pub sender: String,
@@ -461,57 +322,28 @@ pub struct EmailChannelConfig {
     pub retry: RetryConfig,
 }
 
-impl Default for EmailChannelConfig {
-    fn default() -> Self {
-        Self {
-            sender: "notifications@herald.example".into(),
-            sender_overrides: BTreeMap::new(),
-            configuration_set: None,
-            retry: RetryConfig::default(),
-        }
-    }
-}
-
+/// serde documents `deny_unknown_fields` beside `flatten` as unsupported, yet it is what
+/// refuses an unknown key here (without it one is silently ignored, even though the
+/// flattened [`RetryConfig`] denies unknown fields): `make test` tries one in every table.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct SmsChannelConfig {
     pub sender_id: Option<String>,
     #[serde(flatten)]
     pub retry: RetryConfig,
 }
 
-impl Default for SmsChannelConfig {
-    fn default() -> Self {
-        Self {
-            sender_id: None,
-            retry: RetryConfig {
-                rate_per_second: 20,
-                ..RetryConfig::default()
-            },
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct RenderingConfig {
     pub default_locale: String,
     pub sms_max_segments: u32,
 }
 
-impl Default for RenderingConfig {
-    fn default() -> Self {
-        Self {
-            default_locale: "en".into(),
-            sms_max_segments: 3,
-        }
-    }
-}
-
 /// Retention's three clocks (DESIGN.md, "Retention"). Defaults and their reasons are in
 /// `config/herald.example.toml`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct RetentionConfig {
     /// Whole monthly partitions of `notification_attempts` whose upper bound is older than
     /// this many months are dropped (older rows of the default partition deleted).
@@ -530,23 +362,11 @@ pub struct RetentionConfig {
     pub batch_size: i64,
 }
 
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        Self {
-            attempt_months: 6,
-            payload_body_days: 90,
-            intent_days: None,
-            interval_secs: 3600,
-            batch_size: 1000,
-        }
-    }
-}
-
 /// The `reconcile` role: SES event records (configuration set -> SNS topic -> SQS queue)
 /// settle `unknown` e-mail attempts and feed the suppression list (README, "Provider
 /// evidence").
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct ReconcileConfig {
     /// The SQS queue subscribed to the configuration set's event topic. Unset: no evidence
     /// is read, and an `unknown` e-mail attempt follows `on_unknown` at once.
@@ -572,22 +392,6 @@ pub struct ReconcileConfig {
     pub sms_status_overlap_secs: u64,
     /// The first read of a group starts this long ago.
     pub sms_status_lookback_secs: u64,
-}
-
-impl Default for ReconcileConfig {
-    fn default() -> Self {
-        Self {
-            queue_url: None,
-            silence_secs: 900,
-            wait_secs: 20,
-            batch: 10,
-            visibility_timeout_secs: 60,
-            sms_status_log_groups: Vec::new(),
-            sms_status_poll_secs: 60,
-            sms_status_overlap_secs: 900,
-            sms_status_lookback_secs: 86_400,
-        }
-    }
 }
 
 /// Maps an event kind to a template and the channels it notifies on.
@@ -632,50 +436,64 @@ pub enum RouteMode {
     Observe,
 }
 
-/// The top-level tables that `HERALD_<SECTION>__<KEY>` variables may set.
-const SECTIONS: [&str; 14] = [
-    "log",
-    "telemetry",
-    "admin",
-    "http_ingest",
-    "database",
-    "kafka",
-    "ingest",
-    "relay",
-    "delivery",
-    "aws",
-    "channels",
-    "rendering",
-    "retention",
-    "reconcile",
-];
+/// Every default, and the documentation of every key: the example configuration is the
+/// first layer of every load, so that a default is written once, where it is explained.
+/// Every key of a section is in it (a section's struct has no defaults of its own: a key
+/// missing here fails every load, and `make test`); only optional keys and the routes are
+/// left out (unset, and none).
+pub const DEFAULTS: &str = include_str!("../../../config/herald.example.toml");
 
 impl Config {
+    /// The defaults alone ([`DEFAULTS`]), unvalidated.
+    pub fn defaults() -> Self {
+        Figment::from(Toml::string(DEFAULTS))
+            .extract()
+            .expect("config/herald.example.toml holds every default")
+    }
+
+    /// The sections `HERALD_<SECTION>__<KEY>` variables may set: the configuration's
+    /// top-level tables, read from its structure (a section added to [`Config`] takes
+    /// environment overrides with nothing else to change).
+    pub fn sections() -> Vec<String> {
+        match figment::value::Value::serialize(Self::defaults()) {
+            Ok(figment::value::Value::Dict(_, sections)) => sections
+                .into_iter()
+                .filter(|(_, v)| matches!(v, figment::value::Value::Dict(..)))
+                .map(|(k, _)| k)
+                .collect(),
+            other => unreachable!("the configuration serializes to a table: {other:?}"),
+        }
+    }
+
+    /// Defaults < `path` < environment, not yet validated.
+    fn figment(path: &Path) -> Figment {
+        let sections = Self::sections();
+        Figment::from(Toml::string(DEFAULTS))
+            .merge(Toml::file(path))
+            .merge(
+                // Only HERALD_<SECTION>__... is configuration; other HERALD_* variables
+                // (HERALD_BIN in the tests, say) belong to someone else.
+                Env::prefixed("HERALD_")
+                    .filter(move |k| {
+                        let k = k.as_str().to_ascii_lowercase();
+                        sections.iter().any(|s| k.starts_with(&format!("{s}__")))
+                    })
+                    .split("__"),
+            )
+    }
+
     /// Loads defaults < `path` < environment. A missing file is an error only when the
     /// path was given explicitly.
     pub fn load(path: &Path, explicit: bool) -> anyhow::Result<Self> {
         if explicit && !path.exists() {
             bail!("configuration file {} does not exist", path.display());
         }
-        let config: Config = Figment::from(Serialized::defaults(Config::default()))
-            .merge(Toml::file(path))
-            .merge(
-                // Only HERALD_<SECTION>__... is configuration; other HERALD_* variables
-                // (HERALD_BIN in the tests, say) belong to someone else.
-                Env::prefixed("HERALD_")
-                    .filter(|k| {
-                        let k = k.as_str().to_ascii_lowercase();
-                        SECTIONS.iter().any(|s| k.starts_with(&format!("{s}__")))
-                    })
-                    .split("__"),
+        let config: Config = Self::figment(path).extract().with_context(|| {
+            format!(
+                "invalid configuration (file {}, HERALD_* environment)",
+                path.display()
             )
-            .extract()
-            .with_context(|| {
-                format!(
-                    "invalid configuration (file {}, HERALD_* environment)",
-                    path.display()
-                )
-            })?;
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -1217,7 +1035,7 @@ mod tests {
     use super::*;
 
     fn load_str(toml: &str) -> anyhow::Result<Config> {
-        let c: Config = Figment::from(Serialized::defaults(Config::default()))
+        let c: Config = Figment::from(Toml::string(DEFAULTS))
             .merge(Toml::string(toml))
             .extract()?;
         c.validate()?;
@@ -1441,6 +1259,97 @@ mod tests {
             let e = load_str(&format!("[retention]\n{toml}")).unwrap_err();
             assert!(format!("{e:#}").contains(key), "{toml}: {e:#}");
         }
+    }
+
+    /// Every table of the configuration that has keys of its own (a struct, not a free
+    /// map such as `kafka.properties`), as a dotted path.
+    fn tables() -> Vec<String> {
+        fn walk(prefix: &str, dict: &figment::value::Dict, out: &mut Vec<String>) {
+            for (k, v) in dict {
+                if let figment::value::Value::Dict(_, d) = v {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    if !d.is_empty() {
+                        out.push(path.clone());
+                    }
+                    walk(&path, d, out);
+                }
+            }
+        }
+        let Ok(figment::value::Value::Dict(_, top)) = figment::value::Value::serialize(Config::defaults())
+        else {
+            unreachable!()
+        };
+        let mut out = Vec::new();
+        walk("", &top, &mut out);
+        out
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment's Jail API returns its own large error
+    fn every_table_refuses_unknown_keys_from_the_file_and_the_environment() {
+        let tables = tables();
+        for t in [
+            "log",
+            "kafka",
+            "kafka.topics",
+            "channels.email",
+            "channels.sms",
+            "reconcile",
+        ] {
+            assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
+        }
+        for table in &tables {
+            let e = load_str(&format!(
+                "[{table}]
+zz_unknown_key = 1"
+            ))
+            .err()
+            .unwrap_or_else(|| panic!("[{table}] took an unknown key"));
+            assert!(format!("{e:#}").contains("zz_unknown_key"), "[{table}]: {e:#}");
+        }
+        for table in &tables {
+            let var = format!(
+                "HERALD_{}__ZZ_UNKNOWN_KEY",
+                table.replace('.', "__").to_uppercase()
+            );
+            figment::Jail::expect_with(|jail| {
+                jail.set_env(&var, "1");
+                let e = Config::load(Path::new("absent.toml"), false)
+                    .err()
+                    .unwrap_or_else(|| panic!("{var} was ignored or taken"));
+                assert!(format!("{e:#}").contains("zz_unknown_key"), "{var}: {e:#}");
+                Ok(())
+            });
+        }
+    }
+
+    #[test]
+    fn the_example_is_the_defaults_and_every_table_takes_overrides() {
+        let c = Config::defaults();
+        assert!(c.routes.is_empty(), "no route by default");
+        assert_eq!(c.database.pool_size, 16);
+        assert_eq!(c.channels.sms.retry.rate_per_second, 20);
+        // The telemetry crate's own defaults (for its callers outside the configuration)
+        // are the same values.
+        fn json<T: Serialize>(v: &T) -> serde_json::Value {
+            serde_json::to_value(v).unwrap()
+        }
+        assert_eq!(json(&c.log), json(&LogSettings::default()));
+        assert_eq!(json(&c.telemetry), json(&OtelSettings::default()));
+        let sections = Config::sections();
+        let Ok(serde_json::Value::Object(top)) = serde_json::to_value(&c) else {
+            unreachable!()
+        };
+        let mut tables: Vec<&String> = top.keys().filter(|k| *k != "routes").collect();
+        tables.sort();
+        let mut sections: Vec<&String> = sections.iter().collect();
+        sections.sort();
+        assert_eq!(sections, tables);
+        assert_eq!(sections.len(), 14, "{sections:?}");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! herald [--config FILE] template activate --template T --channel email|sms --locale L --revision R
 //! herald [--config FILE] retention run [--dry-run] [--json]
 //! herald [--config FILE] suppression list [--all] | remove --channel email|sms --reason R (--address A | --digest D)
-//! herald [--config FILE] check-config
+//! herald [--config FILE] check-config [--consumers]
 //! herald [--config FILE] run [--roles ingest,relay,deliver,reconcile]   (default: ingest,relay,deliver)
 //! ```
 //!

@@ -271,14 +271,14 @@ mod tests {
         let now = DateTime::parse_from_rfc3339("2026-05-31T10:00:00Z")
             .unwrap()
             .to_utc();
-        let c = cutoffs(&RetentionConfig::default(), now);
+        let c = cutoffs(&crate::config::Config::defaults().retention, now);
         // 6 calendar months back (the 31st of a 30-day month clamps to its last day).
         assert_eq!(c.attempts, NaiveDate::from_ymd_opt(2025, 11, 30).unwrap());
         assert_eq!(c.payload_bodies, now - chrono::Duration::days(90));
         assert_eq!(c.intents, None);
         let r = RetentionConfig {
             intent_days: Some(730),
-            ..RetentionConfig::default()
+            ..crate::config::Config::defaults().retention
         };
         assert_eq!(cutoffs(&r, now).intents, Some(now - chrono::Duration::days(730)));
     }

@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn each_message_goes_to_one_kind_in_order() {
-        let mut config = Config::default();
+        let mut config = Config::defaults();
         config.routes.push(Route {
             event_kind: "order.created".into(),
             template: "order-created".into(),
