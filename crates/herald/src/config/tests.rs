@@ -1,0 +1,337 @@
+//! What a configuration is refused for, and what each section defaults to.
+
+use chrono::{DateTime, Utc};
+
+use super::routes::RouteMode;
+use super::*;
+
+fn load_str(toml: &str) -> anyhow::Result<Config> {
+    let c: Config = Figment::from(Toml::string(DEFAULTS))
+        .merge(Toml::string(toml))
+        .extract()?;
+    c.validate()?;
+    Ok(c)
+}
+
+#[test]
+fn shipped_configs_are_valid() {
+    for f in ["herald.example.toml", "local.toml"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        load_str(&text).unwrap_or_else(|e| panic!("{f}: {e:#}"));
+    }
+}
+
+#[test]
+fn a_bad_value_names_its_key() {
+    let e = load_str("[ingest]\nbatch_max_messages = 0").unwrap_err();
+    assert!(format!("{e:#}").contains("ingest.batch_max_messages"), "{e:#}");
+    let e = load_str("[ingest]\nbatch_max_messages = \"many\"").unwrap_err();
+    assert!(format!("{e:#}").contains("batch_max_messages"), "{e:#}");
+    let e = load_str("[kafka]\nbrokerz = \"x\"").unwrap_err();
+    assert!(format!("{e:#}").contains("brokerz"), "{e:#}");
+    let e = load_str("[[routes]]\nevent_kind = \"a\"\ntemplate = \"t\"\nchannels = [\"fax\"]").unwrap_err();
+    assert!(format!("{e:#}").contains("fax"), "{e:#}");
+    let e = load_str("[database]\nurl = \"postgres://h:notaport/db\"").unwrap_err();
+    assert!(format!("{e:#}").contains("database.url"), "{e:#}");
+}
+
+#[test]
+fn a_route_delivers_unless_it_says_observe() {
+    let route = |extra: &str| {
+        load_str(&format!(
+            "[[routes]]\nevent_kind = \"order.created\"\ntemplate = \"t\"\nchannels = [\"email\"]\n{extra}"
+        ))
+    };
+    let c = route("").unwrap();
+    assert_eq!(c.route("order.created").unwrap().mode, RouteMode::Deliver);
+    let c = route("mode = \"observe\"").unwrap();
+    assert_eq!(c.route("order.created").unwrap().mode, RouteMode::Observe);
+    let e = route("mode = \"shadow\"").unwrap_err();
+    assert!(format!("{e:#}").contains("shadow"), "{e:#}");
+    let e = route("mode = \"observe\"\ndeliver_from = \"2026-12-05T10:00:00Z\"").unwrap_err();
+    assert!(format!("{e:#}").contains("deliver_from"), "{e:#}");
+
+    // The switch is a property of the event: before deliver_from, observed.
+    let c = route("deliver_from = \"2026-12-05T10:00:00Z\"").unwrap();
+    let r = c.route("order.created").unwrap();
+    let at = |t: &str| t.parse::<DateTime<Utc>>().unwrap();
+    assert!(r.observes(at("2026-12-05T09:59:59.999Z")));
+    assert!(!r.observes(at("2026-12-05T10:00:00Z")));
+    let c = route("mode = \"observe\"").unwrap();
+    assert!(c
+        .route("order.created")
+        .unwrap()
+        .observes(at("2030-01-01T00:00:00Z")));
+    assert!(!route("")
+        .unwrap()
+        .route("order.created")
+        .unwrap()
+        .observes(at("2000-01-01T00:00:00Z")));
+}
+
+#[test]
+fn properties_that_would_break_the_offset_discipline_are_refused_naming_the_key() {
+    for (key, why) in [
+        ("auto.offset.reset", "skip"),
+        ("enable.auto.offset.store", "durable"),
+        ("enable.auto.commit", "durable"),
+        ("auto.commit.enable", "durable"),
+        ("group.id", "ingest.group_id"),
+        ("isolation.level", "aborted"),
+        ("enable.idempotence", "duplicate"),
+        ("acks", "acks=all"),
+        ("request.required.acks", "acks=all"),
+    ] {
+        let e = load_str(&format!("[kafka.properties]\n\"{key}\" = \"x\"")).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.contains(&format!("kafka.properties.\"{key}\"")), "{key}: {e}");
+        assert!(e.contains(why), "{key}: {e}");
+    }
+    // Case, spaces and librdkafka's `topic.` prefix do not get around it.
+    assert!(load_str("[kafka.properties]\n\" Auto.Offset.Reset \" = \"latest\"").is_err());
+    assert!(load_str("[kafka.properties]\n\"topic.auto.offset.reset\" = \"latest\"").is_err());
+    assert!(load_str("[kafka.properties]\n\"topic.acks\" = \"1\"").is_err());
+    // Tuning and security stay settable.
+    let c = load_str(
+        "[kafka.properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = \"6000\"",
+    )
+    .unwrap();
+    assert_eq!(c.kafka.properties.len(), 2);
+}
+
+#[test]
+fn ingest_memory_bounds_are_validated_naming_the_key() {
+    let c = load_str("[ingest]\nbatch_max_bytes = 1048576\nprefetch_max_kbytes = 4096").unwrap();
+    assert_eq!(c.ingest.batch_max_bytes, 1 << 20);
+    assert_eq!(c.ingest.prefetch_max_kbytes, 4096);
+    let defaults = load_str("").unwrap();
+    assert_eq!(defaults.ingest.batch_max_bytes, 8 << 20);
+    assert_eq!(defaults.ingest.prefetch_max_kbytes, 16 * 1024);
+    let e = load_str("[ingest]\nbatch_max_bytes = 0").unwrap_err();
+    assert!(format!("{e:#}").contains("ingest.batch_max_bytes"), "{e:#}");
+    let e = load_str("[ingest]\nprefetch_max_kbytes = 3000000").unwrap_err();
+    assert!(format!("{e:#}").contains("ingest.prefetch_max_kbytes"), "{e:#}");
+}
+
+#[test]
+fn a_lease_that_cannot_cover_one_send_at_the_rate_is_refused_naming_the_keys() {
+    // 15 s lease, 5 s attempts, 3 s margin: 2 s of rate wait. 1/s fits two; fine.
+    let ok = "[delivery]\nlease_secs = 15\n[aws]\nattempt_timeout_ms = 5000\n[channels.email]\nrate_per_second = 1";
+    assert_eq!(load_str(ok).unwrap().lease_budget().claim_window(1), 2);
+    // 13 s: nothing is left for the rate.
+    let e = load_str(&ok.replace("lease_secs = 15", "lease_secs = 13")).unwrap_err();
+    let e = format!("{e:#}");
+    for key in [
+        "delivery.lease_secs",
+        "channels.email",
+        "rate_per_second",
+        "aws.attempt_timeout_ms",
+        "delivery.lease_margin_ms",
+    ] {
+        assert!(e.contains(key), "{key} not named in: {e}");
+    }
+}
+
+#[test]
+fn topics_ask_for_two_in_sync_replicas_where_there_are_three() {
+    let min_insync = |toml: &str| -> Vec<String> {
+        load_str(toml)
+            .unwrap()
+            .topic_specs()
+            .iter()
+            .map(|t| {
+                t.config
+                    .iter()
+                    .find(|(k, _)| k == "min.insync.replicas")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    assert_eq!(min_insync(""), vec!["2"; 4], "replication factor 3 by default");
+    assert_eq!(min_insync("[kafka]\nreplication_factor = 1"), vec!["1"; 4]);
+    assert_eq!(
+        min_insync("[kafka]\nreplication_factor = 5\nmin_insync_replicas = 3"),
+        vec!["3"; 4]
+    );
+    let e = load_str("[kafka]\nreplication_factor = 1\nmin_insync_replicas = 2").unwrap_err();
+    assert!(format!("{e:#}").contains("kafka.min_insync_replicas"), "{e:#}");
+}
+
+#[test]
+fn http_ingest_is_off_by_default_and_needs_a_token_and_a_day_of_keys() {
+    let c = load_str("").unwrap();
+    assert!(c.http_ingest.listen.is_empty());
+    assert_eq!(c.http_ingest.key_retention(), Duration::from_secs(168 * 3600));
+    let on = "[http_ingest]\nlisten = \"127.0.0.1:9465\"\ntoken = \"t\"\n";
+    assert_eq!(
+        load_str(on)
+            .unwrap()
+            .http_ingest
+            .bearer_token()
+            .unwrap()
+            .as_deref(),
+        Some("t")
+    );
+    for (toml, key) in [
+        ("[http_ingest]\nlisten = \"127.0.0.1:9465\"", "http_ingest.token"),
+        ("[http_ingest]\nkey_retention_hours = 23", "http_ingest.key_retention_hours"),
+        (
+            "[database]\npool_size = 4\n[http_ingest]\nlisten = \"127.0.0.1:9465\"\ntoken = \"t\"\nmax_in_flight = 4",
+            "http_ingest.max_in_flight",
+        ),
+        ("[http_ingest]\nlisten = \"nowhere\"\ntoken = \"t\"", "http_ingest.listen"),
+        (
+            "[admin]\nlisten = \"127.0.0.1:9465\"\n[http_ingest]\nlisten = \"127.0.0.1:9465\"\ntoken = \"t\"",
+            "admin.listen",
+        ),
+    ] {
+        let e = load_str(toml).unwrap_err().to_string();
+        assert!(e.contains(key), "{toml}: {e}");
+    }
+}
+
+#[test]
+fn retention_defaults_keep_intents_and_bad_values_name_their_key() {
+    let c = load_str("").unwrap();
+    assert_eq!(
+        (
+            c.retention.attempt_months,
+            c.retention.payload_body_days,
+            c.retention.intent_days
+        ),
+        (6, 90, None)
+    );
+    assert_eq!((c.retention.interval_secs, c.retention.batch_size), (3600, 1000));
+    assert_eq!(
+        load_str("[retention]\nintent_days = 400")
+            .unwrap()
+            .retention
+            .intent_days,
+        Some(400)
+    );
+    assert_eq!(
+        load_str("[retention]\ninterval_secs = 0")
+            .unwrap()
+            .retention
+            .interval_secs,
+        0
+    );
+    for (toml, key) in [
+        ("attempt_months = 0", "retention.attempt_months"),
+        ("payload_body_days = 365001", "retention.payload_body_days"),
+        ("intent_days = 0", "retention.intent_days"),
+        ("interval_secs = 5", "retention.interval_secs"),
+        ("batch_size = 0", "retention.batch_size"),
+        ("batch_size = 1000000", "retention.batch_size"),
+    ] {
+        let e = load_str(&format!("[retention]\n{toml}")).unwrap_err();
+        assert!(format!("{e:#}").contains(key), "{toml}: {e:#}");
+    }
+}
+
+/// Every table of the configuration that has keys of its own (a struct, not a free
+/// map such as `kafka.properties`), as a dotted path.
+fn tables() -> Vec<String> {
+    fn walk(prefix: &str, dict: &figment::value::Dict, out: &mut Vec<String>) {
+        for (k, v) in dict {
+            if let figment::value::Value::Dict(_, d) = v {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                if !d.is_empty() {
+                    out.push(path.clone());
+                }
+                walk(&path, d, out);
+            }
+        }
+    }
+    let Ok(figment::value::Value::Dict(_, top)) = figment::value::Value::serialize(Config::defaults()) else {
+        unreachable!()
+    };
+    let mut out = Vec::new();
+    walk("", &top, &mut out);
+    out
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns its own large error
+fn every_table_refuses_unknown_keys_from_the_file_and_the_environment() {
+    let tables = tables();
+    for t in [
+        "log",
+        "kafka",
+        "kafka.topics",
+        "channels.email",
+        "channels.sms",
+        "reconcile",
+    ] {
+        assert!(tables.iter().any(|x| x == t), "{t} missing from {tables:?}");
+    }
+    for table in &tables {
+        let e = load_str(&format!(
+            "[{table}]
+zz_unknown_key = 1"
+        ))
+        .err()
+        .unwrap_or_else(|| panic!("[{table}] took an unknown key"));
+        assert!(format!("{e:#}").contains("zz_unknown_key"), "[{table}]: {e:#}");
+    }
+    for table in &tables {
+        let var = format!(
+            "HERALD_{}__ZZ_UNKNOWN_KEY",
+            table.replace('.', "__").to_uppercase()
+        );
+        figment::Jail::expect_with(|jail| {
+            jail.set_env(&var, "1");
+            let e = Config::load(Path::new("absent.toml"), false)
+                .err()
+                .unwrap_or_else(|| panic!("{var} was ignored or taken"));
+            assert!(format!("{e:#}").contains("zz_unknown_key"), "{var}: {e:#}");
+            Ok(())
+        });
+    }
+}
+
+#[test]
+fn the_example_is_the_defaults_and_every_table_takes_overrides() {
+    let c = Config::defaults();
+    assert!(c.routes.is_empty(), "no route by default");
+    assert_eq!(c.database.pool_size, 16);
+    assert_eq!(c.channels.sms.retry.rate_per_second, 20);
+    // The telemetry crate's own defaults (for its callers outside the configuration)
+    // are the same values.
+    fn json<T: Serialize>(v: &T) -> serde_json::Value {
+        serde_json::to_value(v).unwrap()
+    }
+    assert_eq!(json(&c.log), json(&LogSettings::default()));
+    assert_eq!(json(&c.telemetry), json(&OtelSettings::default()));
+    let sections = Config::sections();
+    let Ok(serde_json::Value::Object(top)) = serde_json::to_value(&c) else {
+        unreachable!()
+    };
+    let mut tables: Vec<&String> = top.keys().filter(|k| *k != "routes").collect();
+    tables.sort();
+    let mut sections: Vec<&String> = sections.iter().collect();
+    sections.sort();
+    assert_eq!(sections, tables);
+    assert_eq!(sections.len(), 14, "{sections:?}");
+}
+
+#[test]
+#[allow(clippy::result_large_err)] // figment's Jail API returns its own large error
+fn environment_overrides_the_file() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file("h.toml", "[ingest]\nbatch_max_messages = 100")?;
+        jail.set_env("HERALD_INGEST__BATCH_MAX_MESSAGES", "250");
+        jail.set_env("HERALD_RETENTION__INTENT_DAYS", "730");
+        jail.set_env("HERALD_BIN", "/not/configuration");
+        let c = Config::load(Path::new("h.toml"), true).map_err(|e| e.to_string())?;
+        assert_eq!(c.ingest.batch_max_messages, 250);
+        assert_eq!(c.retention.intent_days, Some(730));
+        Ok(())
+    });
+}
