@@ -276,14 +276,19 @@ pub struct RecordRef {
     pub offset: i64,
 }
 
+/// A replay selection that does not say which records: none of the ways, or several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("choose exactly one of: records (partition and offset of each), reason, all")]
+pub struct AmbiguousSelection;
+
 impl ReplaySelection {
-    /// Refuses an empty selection: replaying everything must be asked for.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Refuses an empty selection (replaying everything must be asked for) and a mixed one.
+    pub fn validate(&self) -> Result<(), AmbiguousSelection> {
         let ways = usize::from(!self.records.is_empty())
             + usize::from(self.reason.is_some())
             + usize::from(self.all);
         if ways != 1 {
-            return Err("choose exactly one of: records (partition and offset of each), reason, all".into());
+            return Err(AmbiguousSelection);
         }
         Ok(())
     }

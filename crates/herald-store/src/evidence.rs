@@ -250,9 +250,7 @@ impl Store {
         reason: &str,
     ) -> Result<Option<Suppression>> {
         if reason.trim().is_empty() {
-            return Err(StoreError::InvalidState(
-                "a suppression is lifted with a reason".into(),
-            ));
+            return Err(StoreError::ReasonRequired("a suppression's lifting"));
         }
         let (value, is_address) = match destination {
             Destination::Address(a) => (a, true),

@@ -22,8 +22,9 @@ impl StoreError {
             // refused again.
             StoreError::RevisionContentMismatch { .. }
             | StoreError::RevisionNotFound { .. }
-            | StoreError::NotFound(_)
-            | StoreError::InvalidState(_) => ErrorClass::Permanent("request_refused"),
+            | StoreError::IntentNotFound(_)
+            | StoreError::NotUnknown { .. }
+            | StoreError::ReasonRequired(_) => ErrorClass::Permanent("request_refused"),
             // A stored row this binary cannot read (a template of a channel only a newer
             // version knows, during a rolling upgrade) or a row gone within a transaction:
             // no input of the batch is at fault, so nothing may be dead-lettered for it.

@@ -104,7 +104,7 @@ pub(crate) async fn intent_id(
         }
     };
     row.map(|r| r.get(0))
-        .ok_or_else(|| StoreError::NotFound(format!("no intent for {r}")))
+        .ok_or_else(|| StoreError::IntentNotFound(r.to_string()))
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -229,7 +229,7 @@ impl Store {
         let conn = self.conn().await?;
         let id = match intent_id(&**conn, r, false).await {
             Ok(id) => id,
-            Err(StoreError::NotFound(_)) => return Ok(None),
+            Err(StoreError::IntentNotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         };
         view_by_id(&conn, id).await

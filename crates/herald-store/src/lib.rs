@@ -73,10 +73,21 @@ pub enum StoreError {
         locale: String,
         revision: String,
     },
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    InvalidState(String),
+    /// No intent has this id or business key (its text).
+    #[error("no intent for {0}")]
+    IntentNotFound(String),
+    /// Only an `unknown` intent is resolved by an operator.
+    #[error("intent {id} ({named}) is {state}, not unknown: only unknown intents are resolved")]
+    NotUnknown {
+        id: uuid::Uuid,
+        named: String,
+        state: String,
+    },
+    /// An operator's decision is stored with why it was made.
+    #[error("{0} is recorded with a reason")]
+    ReasonRequired(&'static str),
+    /// A stored row this binary cannot read; the text says which and why (for the log,
+    /// no caller reads it).
     #[error("stored value is corrupt: {0}")]
     Corrupt(String),
 }

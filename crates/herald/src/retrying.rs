@@ -216,7 +216,7 @@ mod tests {
 
     #[test]
     fn typed_errors_are_found_under_context() {
-        let db = anyhow::Error::new(StoreError::NotFound("x".into())).context("converging intents");
+        let db = anyhow::Error::new(StoreError::IntentNotFound("x".into())).context("converging intents");
         assert_eq!(class_of(&db), ErrorClass::Permanent("request_refused"));
         let other = anyhow::anyhow!("something else").context("outer");
         assert_eq!(class_of(&other), ErrorClass::Transient("other"));

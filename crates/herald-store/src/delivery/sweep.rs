@@ -13,20 +13,7 @@ use super::{next_state_columns, ChannelPolicies};
 use crate::inspect::IntentRef;
 use crate::{Result, Store, StoreError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resolution {
-    Accepted,
-    Retry,
-}
-
-impl Resolution {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Resolution::Accepted => "accepted",
-            Resolution::Retry => "retry",
-        }
-    }
-}
+pub use herald_core::Resolution;
 
 impl Store {
     /// Records `unknown` for up to `limit` attempts whose lease expired, and moves their
@@ -80,9 +67,11 @@ impl Store {
         let state: String = row.get(0);
         let channel = crate::intent_channel(row.get(1))?;
         if state != IntentState::Unknown.as_str() {
-            return Err(StoreError::InvalidState(format!(
-                "intent {id} ({intent}) is {state}, not unknown: only unknown intents are resolved"
-            )));
+            return Err(StoreError::NotUnknown {
+                id,
+                named: intent.to_string(),
+                state,
+            });
         }
         tx.execute(
             "INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator) VALUES ($1, $2, $3, $4)",

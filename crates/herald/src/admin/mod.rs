@@ -16,10 +16,10 @@ use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use herald_core::Resolution;
 use herald_core::{BusinessKey, Channel};
 use herald_kafka::inspect::{self, DeadLetterRecord, ReadBound, ReplaySelection};
 use herald_kafka::KafkaSettings;
-use herald_store::delivery::Resolution;
 use herald_store::evidence::{Destination, Suppression};
 use herald_store::{IntentFilter, IntentRef, Store, StoreError};
 use herald_telemetry::ScrapeHandle;
@@ -122,8 +122,9 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         let status = match e {
-            StoreError::NotFound(_) => StatusCode::NOT_FOUND,
-            StoreError::InvalidState(_) => StatusCode::CONFLICT,
+            StoreError::IntentNotFound(_) => StatusCode::NOT_FOUND,
+            StoreError::NotUnknown { .. } => StatusCode::CONFLICT,
+            StoreError::ReasonRequired(_) => StatusCode::BAD_REQUEST,
             // A value PostgreSQL refuses (U+0000 in a text parameter, a value too long for
             // an index): the request's. A constraint violation is not the request's fault
             // (no request here writes a row a constraint could refuse): it is answered 503
@@ -280,16 +281,9 @@ fn business_key(raw: &str) -> Result<BusinessKey, String> {
 #[serde(deny_unknown_fields)]
 struct ResolveRequest {
     #[serde(rename = "as")]
-    resolution: ResolveAs,
+    resolution: Resolution,
     reason: String,
     operator: Option<String>,
-}
-
-#[derive(Deserialize, Clone, Copy)]
-#[serde(rename_all = "lowercase")]
-enum ResolveAs {
-    Accepted,
-    Retry,
 }
 
 async fn resolve_intent(
@@ -309,10 +303,7 @@ async fn resolve_intent(
             "reason is empty: say why, it is stored with the resolution".into(),
         ));
     }
-    let resolution = match req.resolution {
-        ResolveAs::Accepted => Resolution::Accepted,
-        ResolveAs::Retry => Resolution::Retry,
-    };
+    let resolution = req.resolution;
     let operator = req.operator.unwrap_or_else(|| "admin-api".into());
     let (_, channel) = s
         .store
@@ -460,7 +451,8 @@ async fn replay_dead_letters(
     if !auth::authorised(&headers, s.token.as_deref()) {
         return Err(unauthorised());
     }
-    sel.validate().map_err(|e| ApiError(StatusCode::BAD_REQUEST, e))?;
+    sel.validate()
+        .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.to_string()))?;
     let chosen: Vec<DeadLetterRecord> = read_dead_letters(&s, ReadBound::ALL)
         .await?
         .0

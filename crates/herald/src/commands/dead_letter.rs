@@ -98,7 +98,7 @@ pub async fn run(config: &Config, command: DeadLetterCommand) -> anyhow::Result<
                 reason,
                 all,
             };
-            sel.validate().map_err(|e| anyhow::anyhow!(e))?;
+            sel.validate()?;
             let (topic, all_records) = read(config).await?;
             let chosen: Vec<DeadLetterRecord> = all_records.into_iter().filter(|r| sel.picks(r)).collect();
             print_table(&topic, &chosen);

@@ -4,8 +4,8 @@
 //! last attempt is `unknown` (`--as accepted|retry --reason R`, recorded with who decided).
 
 use clap::Subcommand;
+use herald_core::Resolution;
 use herald_core::{BusinessKey, Channel};
-use herald_store::delivery::Resolution;
 use herald_store::inspect::IntentView;
 use herald_store::{IntentFilter, IntentRef, Store};
 use uuid::Uuid;
@@ -41,8 +41,8 @@ pub enum IntentCommand {
     Resolve {
         #[command(flatten)]
         key: KeyArgs,
-        #[arg(long = "as", value_enum)]
-        resolution: ResolveAs,
+        #[arg(long = "as", value_parser = resolution_parser())]
+        resolution: Resolution,
         /// Why: stored with the resolution (a ticket, what the provider's logs showed).
         #[arg(long)]
         reason: String,
@@ -72,10 +72,11 @@ impl From<KeyArgs> for BusinessKey {
     }
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-pub enum ResolveAs {
-    Accepted,
-    Retry,
+/// `--as`: one of [`Resolution::ALL`], listed in `--help`.
+fn resolution_parser() -> impl clap::builder::TypedValueParser<Value = Resolution> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Resolution::ALL.map(Resolution::as_str))
+        .map(|s| s.parse::<Resolution>().expect("a possible value is a resolution"))
 }
 
 pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> {
@@ -117,10 +118,6 @@ pub async fn run(config: &Config, command: IntentCommand) -> anyhow::Result<()> 
             let operator = operator
                 .or_else(|| std::env::var("USER").ok())
                 .unwrap_or_else(|| "unknown-operator".into());
-            let resolution = match resolution {
-                ResolveAs::Accepted => Resolution::Accepted,
-                ResolveAs::Retry => Resolution::Retry,
-            };
             let store = Store::new(&config.store())?;
             let (id, _) = store
                 .resolve_unknown(IntentRef::Key(&key), resolution, reason.trim(), &operator)
