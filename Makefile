@@ -154,7 +154,7 @@ chart: build
 
 test: fmt-check clippy rules units deploy-lint collector chart deny test-all chaos-short
 
-# The reliability scenarios (integration-tests/src/chaos): faults injected into the real
+# The reliability scenarios (tools/src/chaos): faults injected into the real
 # stack and several herald processes, then the invariants checked. They stop and start the
 # stack's broker and database, so they run alone, after the other tests. The short version
 # is part of `make test`; CHAOS_ARGS passes e.g. `--seed N` or scenario names.
@@ -233,7 +233,7 @@ telemetry-volume: build stack-up
 # stack; results and charts under bench/results/. bench-quick runs one size of each.
 bench-build: deps
 	@echo "build: cargo build --release (herald, herald-bench)"
-	@$(CARGO) build --release -p herald -p integration-tests --bin herald --bin herald-bench
+	@$(CARGO) build --release -p herald -p herald-tools --bin herald --bin herald-bench
 
 bench: bench-build stack-up
 	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench

@@ -6,8 +6,7 @@
 //! Tests assert what a user would check: rows in PostgreSQL, messages on the dead-letter
 //! topic, committed offsets. They wait for conditions with a deadline, never sleep and hope.
 
-pub mod bench;
-pub mod chaos;
+pub mod history;
 pub mod http;
 pub mod kafka;
 pub mod mixed;

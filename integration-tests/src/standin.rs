@@ -27,14 +27,14 @@ pub async fn start(delay: Duration) -> Result<(String, Arc<AtomicU64>)> {
 }
 
 /// One HTTP/1.1 request read off a connection: its head (lower-cased) and its raw bytes.
-pub(crate) struct Request {
+pub struct Request {
     pub head: String,
     pub raw: Vec<u8>,
 }
 
 /// Reads the next request (headers, then Content-Length bytes of body) from `s`, keeping
 /// what arrived beyond it in `buf`; `None` when the peer closed or the read failed.
-pub(crate) async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Request> {
+pub async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Request> {
     let head_end = loop {
         if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break p + 4;

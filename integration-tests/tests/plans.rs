@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use futures::future::join_all;
 use herald_store::plans::HOT_STATEMENTS;
-use integration_tests::bench::latency::history;
+use integration_tests::history::history;
 use integration_tests::kafka::producer;
 use integration_tests::samples::{opted_in_seller, order_event};
 use integration_tests::TestEnv;

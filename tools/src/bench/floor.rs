@@ -25,7 +25,7 @@ use uuid::Uuid;
 
 use super::delivery;
 use super::ingest::{self, Workload};
-use crate::{pg_connect, TestEnv};
+use integration_tests::{pg_connect, TestEnv};
 
 const STAGING: &str = "CREATE TEMPORARY TABLE floor_staging (
     ord int4, id uuid, marketplace_id text, order_id text, event_kind text, channel text,

@@ -13,9 +13,9 @@ use std::process::ExitCode;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
-use integration_tests::chaos::rng::Rng;
-use integration_tests::chaos::scenarios::{self, ALL};
-use integration_tests::chaos::Scale;
+use herald_tools::chaos::rng::Rng;
+use herald_tools::chaos::scenarios::{self, ALL};
+use herald_tools::chaos::Scale;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use herald_store::plans::HOT_STATEMENTS;
-use integration_tests::bench::ingest::{self, Workload};
-use integration_tests::bench::latency::{self, percentile, HOPS};
-use integration_tests::bench::procstat::Usage;
-use integration_tests::bench::{cost, delivery, floor, storage, Figure, Target};
+use herald_tools::bench::ingest::{self, Workload};
+use herald_tools::bench::latency::{self, percentile, HOPS};
+use herald_tools::bench::procstat::Usage;
+use herald_tools::bench::{cost, delivery, floor, storage, Figure, Target};
 use integration_tests::{standin, TestEnv};
 use serde_json::json;
 

@@ -13,9 +13,9 @@ use futures::future::try_join_all;
 use rdkafka::producer::FutureProducer;
 
 use super::rng::Rng;
-use crate::kafka::{produce, producer};
-use crate::samples::{order_event, UniqueSeller};
-use crate::{publish_sellers, TestEnv};
+use integration_tests::kafka::{produce, producer};
+use integration_tests::samples::{order_event, UniqueSeller};
+use integration_tests::{publish_sellers, TestEnv};
 
 /// The channels an `order.created` event is routed to in the test configuration.
 pub const CHANNELS: [&str; 2] = ["email", "sms"];

@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::standin::read_request;
-use crate::workspace_root;
+use integration_tests::standin::read_request;
+use integration_tests::workspace_root;
 
 /// Runs `deploy/local/COMPONENT.sh ACTION` (start, stop) and returns how long it took.
 pub async fn stack(component: &str, action: &str) -> Result<Duration> {

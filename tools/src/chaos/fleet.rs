@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::rng::Rng;
-use crate::{HeraldProcess, Launcher, TestEnv};
+use integration_tests::{HeraldProcess, Launcher, TestEnv};
 
 /// Delivery settings sized to the provider fake: moto, one Python process, answers a few
 /// hundred requests a second, so 256 requests in flight with a 2 s attempt timeout (the

@@ -5,7 +5,7 @@
 //! lag 0. The full comparison with limits and baselines is `make bench`.
 
 use anyhow::Result;
-use integration_tests::bench::ingest::{self, Workload};
+use herald_tools::bench::ingest::{self, Workload};
 use integration_tests::TestEnv;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -23,8 +23,8 @@ use tokio_postgres::Client;
 
 use super::delivery::UNTHROTTLED;
 use super::ingest::{self, Workload};
-use crate::kafka::committed_lag;
-use crate::{herald_bin, wait_for, workspace_root, EnvOptions, TestEnv};
+use integration_tests::kafka::committed_lag;
+use integration_tests::{herald_bin, wait_for, workspace_root, EnvOptions, TestEnv};
 
 /// The tables Herald writes per intent, by what one row of each is.
 pub const TABLES: [(&str, &str); 4] = [

@@ -5,7 +5,7 @@
 //! whole machine ([`super::cost`]).
 //!
 //! Each run starts as a running deployment would be: a ledger with history, analyzed, just
-//! checkpointed ([`history`]), and Herald past its first seconds ([`WARMUP_SECONDS`] at the
+//! checkpointed ([`integration_tests::history::history`]), and Herald past its first seconds ([`WARMUP_SECONDS`] at the
 //! offered rate, reported apart). The driver's producer is connected before the first
 //! event is stamped, so its start-up is not counted as Herald's latency.
 //!
@@ -27,10 +27,11 @@ use uuid::Uuid;
 
 use super::cost::{Cost, Meter};
 use super::delivery::UNTHROTTLED;
-use crate::kafka::producer_connected;
-use crate::otlp::{OtlpSink, SpanSeen};
-use crate::samples::UniqueSeller;
-use crate::{seed_orders, EnvOptions, TestEnv};
+use integration_tests::history::history;
+use integration_tests::kafka::producer_connected;
+use integration_tests::otlp::{OtlpSink, SpanSeen};
+use integration_tests::samples::UniqueSeller;
+use integration_tests::{seed_orders, EnvOptions, TestEnv};
 
 /// The share of traces Herald exports for the breakdown: enough for percentiles, little
 /// enough that exporting does not weigh on what is measured.
@@ -60,48 +61,6 @@ pub const HOPS: [(&str, &str); 7] = [
 /// minute later, after a 20-second run is over. The measured figures are those of a
 /// ledger with history, analyzed: what a running deployment has.
 const HISTORY_NOTIFICATIONS: i64 = 200_000;
-
-/// Fills the ledger with `notifications` delivered notifications (payload, intent
-/// `accepted` in marketplace `history`, one accepted attempt, this month), then VACUUMs,
-/// ANALYZEs and checkpoints: untimed. The latency runs start on [`HISTORY_NOTIFICATIONS`];
-/// the plan test (`tests/plans.rs`) gives its statements a ledger of this shape too.
-pub async fn history(env: &TestEnv, notifications: i64) -> Result<()> {
-    env.db
-        .batch_execute(&format!(
-            "INSERT INTO notification_payloads (digest, channel, destination, locale, consent, template,
-                                                template_revision, subject, body_text, body_html)
-             SELECT 'history-' || g, CASE WHEN g % 2 = 0 THEN 'email' ELSE 'sms' END,
-                    'seller-' || (g % 1000) || '@seller.example', 'en', 'granted', 'order_created', '1',
-                    'New order h' || g, repeat('You have a new order. ', 12), repeat('<p>You have a new order.</p>', 12)
-               FROM generate_series(1, {n}) g;
-             INSERT INTO notification_intents (id, marketplace_id, order_id, event_kind, channel, idempotency_key,
-                    request_fingerprint, seller_id, template, template_revision, payload_digest, consent, state,
-                    attempt_count, event_id, occurred_at, source_topic, source_partition, source_offset)
-             SELECT gen_random_uuid(), 'history', 'h' || (g / 2), 'order.created',
-                    CASE WHEN g % 2 = 0 THEN 'email' ELSE 'sms' END, encode(sha256(('k' || g)::bytea), 'hex'),
-                    encode(sha256(('f' || (g / 2))::bytea), 'hex'), 'seller-' || (g % 1000), 'order_created', '1',
-                    'history-' || g, 'granted', 'accepted', 1, 'evt-h' || (g / 2),
-                    now() - interval '1 hour', 'history', 0, g
-               FROM generate_series(1, {n}) g;
-             INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, worker, started_at,
-                                                finished_at, provider_message_id)
-             SELECT gen_random_uuid(), id, 1, 'accepted', 'history', date_trunc('month', now()) + interval '1 second',
-                    date_trunc('month', now()) + interval '2 seconds', gen_random_uuid()::text
-               FROM notification_intents WHERE source_topic = 'history';",
-            n = notifications
-        ))
-        .await?;
-    // VACUUM too: autovacuum would otherwise come for the inserted rows during the run.
-    // (Its ids are v4 and its keys sha256, unlike Herald's: nothing reads them back.)
-    env.db.batch_execute("VACUUM ANALYZE").await?;
-    // A checkpoint, then Herald's start, the warm-up and the measured stretch: every run is
-    // at the same point of a checkpoint cycle, early in it, so each pays about the same
-    // full-page images (the first change of each page after a checkpoint writes the whole
-    // page to the WAL). Otherwise whether a checkpoint fell inside a run decides its WAL and
-    // CPU. Autovacuum may still come during a run: its own writes cross the thresholds.
-    env.db.batch_execute("CHECKPOINT").await?;
-    Ok(())
-}
 
 /// Seconds at the offered rate after Herald's start, before the measured stretch: the
 /// measured figures are those of a running process, and the start's are reported apart.

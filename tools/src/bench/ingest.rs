@@ -22,9 +22,9 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Message};
 
 use super::procstat::{self, Usage};
-use crate::kafka::{committed_lag, producer};
-use crate::samples::{opted_in_seller, order_event};
-use crate::{wait_for, TestEnv, BROKERS};
+use integration_tests::kafka::{committed_lag, producer};
+use integration_tests::samples::{opted_in_seller, order_event};
+use integration_tests::{wait_for, TestEnv, BROKERS};
 
 pub const SELLERS: usize = 1000;
 const MAX_BYTES: usize = 64 * 1024;
@@ -357,7 +357,7 @@ pub async fn herald(env: &TestEnv, w: &Workload, instances: usize) -> Result<Ing
     .await?;
     let rate = (w.events + SELLERS) as f64 / started.elapsed().as_secs_f64();
     let usage = procstat::usage(procs[0].pid().context("ingest exited")?)?;
-    let metrics = crate::http::scrape(&admin[0]).await?;
+    let metrics = integration_tests::http::scrape(&admin[0]).await?;
     let commit_p99_ms = histogram_quantile(&metrics, "herald_ingest_commit_duration_seconds", 0.99)? * 1000.0;
     for mut p in procs {
         p.terminate(Duration::from_secs(60)).await?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Result;
 use tokio::task::JoinHandle;
 
-use crate::{pg_connect, wait_for};
+use integration_tests::{pg_connect, wait_for};
 
 #[derive(Default)]
 struct Seen {

@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use integration_tests::bench::procstat;
+use herald_tools::bench::procstat;
 use integration_tests::kafka::{committed_lag, large_producer, read_all, set_max_message_bytes};
 use integration_tests::TestEnv;
 use rdkafka::producer::{FutureRecord, Producer};

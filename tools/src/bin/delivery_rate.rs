@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use integration_tests::bench::delivery;
+use herald_tools::bench::delivery;
 use integration_tests::moto::MOTO;
 use integration_tests::standin;
 use integration_tests::toxiproxy::Proxy;

@@ -15,10 +15,10 @@ use super::plan::{produce_plan, Plan, PlanSpec, Production};
 use super::rng::Rng;
 use super::watch::UnknownWatch;
 use super::Scale;
-use crate::http::request;
-use crate::moto::{send_email_directly, MOTO};
-use crate::toxiproxy::Proxy;
-use crate::{wait_for, EnvOptions, TestEnv};
+use integration_tests::http::request;
+use integration_tests::moto::{send_email_directly, MOTO};
+use integration_tests::toxiproxy::Proxy;
+use integration_tests::{wait_for, EnvOptions, TestEnv};
 
 pub const ALL: [&str; 12] = [
     "storm",
@@ -192,7 +192,7 @@ impl Run {
     /// must come out as exactly one unexplained duplicate, naming its intent.
     async fn canary(&mut self) -> Result<()> {
         // An e-mail intent sent once and accepted, with no `unknown` attempt to explain more.
-        let db = crate::pg_connect(&self.env.db_url).await?;
+        let db = integration_tests::pg_connect(&self.env.db_url).await?;
         let row = db
             .query_one(
                 "SELECT order_id FROM notification_intents i
@@ -249,7 +249,7 @@ impl Run {
             .find(|(_, p)| *p == "retry")
             .map(|(c, _)| *c)
             .context("the fencing canary needs a channel under the retry policy")?;
-        let db = crate::pg_connect(&self.env.db_url).await?;
+        let db = integration_tests::pg_connect(&self.env.db_url).await?;
         let row = db
             .query_one(
                 "SELECT a.id, a.started_at, i.id, i.order_id FROM notification_attempts a
@@ -300,8 +300,8 @@ impl Run {
     async fn dead_letter_canary(&mut self, (topic, partition, offset): (String, i32, i64)) -> Result<()> {
         use herald_kafka::headers::*;
         let (p, o) = (partition.to_string(), offset.to_string());
-        crate::kafka::produce(
-            &crate::kafka::producer()?,
+        integration_tests::kafka::produce(
+            &integration_tests::kafka::producer()?,
             &self.env.topic("herald.dead-letter"),
             None,
             Some(b"canary"),
@@ -728,7 +728,7 @@ async fn slow(scale: Scale, rng: &mut Rng) -> Result<Report> {
         in_flight_max = in_flight_max.max(in_flight(&addr).await.unwrap_or(0));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let backlog = crate::kafka::committed_lag(
+    let backlog = integration_tests::kafka::committed_lag(
         &run.env.group("herald-delivery"),
         &[&run.env.topic("herald.deliveries")],
     )?;
@@ -755,7 +755,7 @@ async fn slow(scale: Scale, rng: &mut Rng) -> Result<Report> {
 
 /// `herald_deliveries_in_flight` of a process, from its `/metrics`.
 async fn in_flight(addr: &str) -> Result<i64> {
-    crate::http::scrape(addr)
+    integration_tests::http::scrape(addr)
         .await?
         .lines()
         .find(|l| l.starts_with("herald_deliveries_in_flight"))
@@ -914,7 +914,7 @@ async fn hostile(scale: Scale, rng: &mut Rng) -> Result<Report> {
         run.env.group("herald-ingest"),
         [run.env.topic("order-events"), run.env.topic("seller-profiles")],
     );
-    let lag = || crate::kafka::committed_lag(&group, &[&topics[0], &topics[1]]);
+    let lag = || integration_tests::kafka::committed_lag(&group, &[&topics[0], &topics[1]]);
     let t = Instant::now();
     let drained = wait_for("the ingest lag to return to 0", bound, || async {
         Ok((lag()? == 0).then_some(()))
@@ -930,7 +930,7 @@ async fn hostile(scale: Scale, rng: &mut Rng) -> Result<Report> {
     }
 
     // (k) Batches retried, by the metric and by the log.
-    let metrics = crate::http::scrape(&addrs[0]).await?;
+    let metrics = integration_tests::http::scrape(&addrs[0]).await?;
     let retried = metric_sum(&metrics, "herald_batches_retried_total", "stage=\"ingest\"");
     let isolated = metric_sum(&metrics, "herald_ingest_messages_isolated_total", "");
     let logged = fleet.members[0]
@@ -964,7 +964,7 @@ async fn hostile(scale: Scale, rng: &mut Rng) -> Result<Report> {
     }
 
     // Healthy profile re-emissions on the mutated keys were applied.
-    let db = crate::pg_connect(&run.env.db_url).await?;
+    let db = integration_tests::pg_connect(&run.env.db_url).await?;
     let stored: std::collections::BTreeMap<String, (i64, Option<String>)> = db
         .query("SELECT seller_id, version, email FROM sellers", &[])
         .await?

@@ -1,4 +1,4 @@
-//! Delivery measurements against the provider stand-in ([`crate::standin`], a fixed 50 ms
+//! Delivery measurements against the provider stand-in ([`integration_tests::standin`], a fixed 50 ms
 //! answer): Herald's sends/s at a given in-flight window (Little's law bounds it at
 //! `in_flight / latency`) and the sequential baseline.
 
@@ -18,8 +18,8 @@ use uuid::Uuid;
 
 use super::ingest::reader;
 use super::procstat::{self, Usage};
-use crate::samples::UniqueSeller;
-use crate::{seed_orders, wait_for, EnvOptions, HeraldProcess, TestEnv};
+use integration_tests::samples::UniqueSeller;
+use integration_tests::{seed_orders, wait_for, EnvOptions, HeraldProcess, TestEnv};
 
 /// A fresh namespace whose `orders` orders (two intents each) are already published to
 /// `herald.deliveries`, with the AWS endpoint pointed at `endpoint`.

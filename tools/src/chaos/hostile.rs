@@ -21,9 +21,9 @@ use serde_json::{json, Value};
 use super::invariants::RefusedInput;
 use super::plan::{Plan, LATE_SELLER};
 use super::rng::Rng;
-use crate::kafka::{produce, producer};
-use crate::samples::Seller;
-use crate::TestEnv;
+use integration_tests::kafka::{produce, producer};
+use integration_tests::samples::Seller;
+use integration_tests::TestEnv;
 
 /// Herald's default `ingest.max_message_bytes`, which the scenario runs with (the test
 /// configuration's is smaller).
@@ -451,7 +451,7 @@ mod tests {
     use herald_core::{OrderEvent, SellerRecord};
 
     use super::*;
-    use crate::samples::{order_event, UniqueSeller};
+    use integration_tests::samples::{order_event, UniqueSeller};
 
     /// The decoder refuses each mutation with the reason the generator gives (U+0000
     /// anywhere included).

@@ -35,7 +35,7 @@ use serde_json::json;
 use tokio_postgres::Client;
 
 use super::procstat::cpu_ticks;
-use crate::{pg_connect, wait_for, workspace_root, PG_ADMIN_URL};
+use integration_tests::{pg_connect, wait_for, workspace_root, PG_ADMIN_URL};
 
 /// Ticks per second of `/proc/PID/stat` times (USER_HZ, 100 on Linux).
 const TICKS: f64 = 100.0;

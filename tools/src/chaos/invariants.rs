@@ -27,8 +27,8 @@ use anyhow::Result;
 use serde_json::Value;
 
 use super::plan::Plan;
-use crate::kafka::{committed_lag, read_all, Record};
-use crate::{moto, pg_connect, wait_for, TestEnv};
+use integration_tests::kafka::{committed_lag, read_all, Record};
+use integration_tests::{moto, pg_connect, wait_for, TestEnv};
 
 /// What a scenario's configuration promises beyond (a)-(f).
 #[derive(Debug, Clone)]
@@ -622,7 +622,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::{order_in, DeadLetterCheck, RefusedInput, SendCheck};
-    use crate::kafka::Record;
+    use integration_tests::kafka::Record;
 
     fn refused(offset: i64, value: &[u8], beyond: bool) -> RefusedInput {
         RefusedInput {
