@@ -7,24 +7,19 @@
 //! the [`Outcome`]; this crate never sleeps and retries on its own. It does not touch
 //! PostgreSQL or Kafka.
 //!
-//! The provider's evidence comes back through here too: [`evidence`] decodes SES event
-//! records, [`queue`] reads the SQS queue they arrive on.
+//! | stage | modules |
+//! |---|---|
+//! | deliver | `deliver`: `ses`, `sns`, `message`, `tags`, `classify`, `outcome`, `rate` |
+//! | reconcile | [`reconcile`]: `ses_events` (SES event records), `queue` (the SQS queue they arrive on), `sms_status` (SNS's SMS delivery status in CloudWatch Logs) |
+//! | both | `settings` (the AWS SDK's configuration) |
 
-mod classify;
-pub mod evidence;
-mod message;
-mod outcome;
-pub mod queue;
-mod rate;
-mod ses;
+mod deliver;
+pub mod reconcile;
 mod settings;
-pub mod sms_status;
-mod sns;
-mod tags;
 
-pub use message::{EmailMessage, SmsMessage};
-pub use outcome::{ErrorCategory, Outcome};
-pub use rate::{RateLimiter, Reservation};
-pub use ses::{IdentityError, SesSender};
+pub use deliver::message::{EmailMessage, SmsMessage};
+pub use deliver::outcome::{ErrorCategory, Outcome};
+pub use deliver::rate::{RateLimiter, Reservation};
+pub use deliver::ses::{IdentityError, SesSender};
+pub use deliver::sns::SnsSender;
 pub use settings::{sdk_config, AwsSettings, StaticCredentials};
-pub use sns::SnsSender;

@@ -194,9 +194,9 @@ mod tests {
             ("queued.max.messages.kbytes", "512"),
             ("fetch.queue.backoff.ms", "5"),
         ]);
-        let delivery = crate::delivery_consumer::client_config(&operator, "g");
+        let delivery = crate::deliver::client_config(&operator, "g");
         assert_eq!(delivery.get("queued.max.messages.kbytes"), Some("512"));
-        let ingest = crate::consumer::client_config(&operator, "g", 4096);
+        let ingest = crate::ingest::client_config(&operator, "g", 4096);
         assert_eq!(ingest.get("fetch.queue.backoff.ms"), Some("5"));
         assert_eq!(
             ingest.get("queued.max.messages.kbytes"),
@@ -204,9 +204,9 @@ mod tests {
             "ingest.prefetch_kbytes wins"
         );
         let plain = with(&[]);
-        let delivery = crate::delivery_consumer::client_config(&plain, "g");
+        let delivery = crate::deliver::client_config(&plain, "g");
         assert_eq!(delivery.get("queued.max.messages.kbytes"), Some("2048"));
-        let ingest = crate::consumer::client_config(&plain, "g", 4096);
+        let ingest = crate::ingest::client_config(&plain, "g", 4096);
         assert_eq!(ingest.get("fetch.queue.backoff.ms"), Some("50"));
     }
 }

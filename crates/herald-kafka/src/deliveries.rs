@@ -1,5 +1,6 @@
 //! `herald.deliveries`, both ways: the wire form of [`DeliveryMessage`] (encoded by the
-//! relay, decoded by the delivery consumer, here and only here) and the relay's producer.
+//! relay, decoded by the delivery consumer, here and only here). The relay's producer is
+//! [`crate::relay`].
 //!
 //! One message per intent to deliver: key = value = the intent id (text), so every
 //! message of one intent lands on one partition. Headers: `traceparent` (the relay's send
@@ -7,14 +8,11 @@
 //! channel's claim window the intent takes before it claims it. Messages written before
 //! the channel header existed decode with no channel.
 
-use futures::future::join_all;
 use herald_core::Channel;
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use uuid::Uuid;
 
 use crate::headers::{valid_traceparent, TRACEPARENT};
-use crate::producer::AckedProducer;
-use crate::{KafkaSettings, Result};
 
 /// The channel of the intent a delivery message names.
 pub const CHANNEL: &str = "herald-channel";
@@ -94,42 +92,6 @@ impl DeliveryMessage {
             channel,
             traceparent,
         })
-    }
-}
-
-#[derive(Clone)]
-pub struct DeliveryPublisher {
-    producer: AckedProducer,
-    topic: String,
-}
-
-impl DeliveryPublisher {
-    pub fn new(settings: &KafkaSettings, topic: &str) -> Result<Self> {
-        Ok(Self {
-            producer: AckedProducer::create(&settings.producer())?,
-            topic: topic.to_owned(),
-        })
-    }
-
-    pub fn topic(&self) -> &str {
-        &self.topic
-    }
-
-    /// Produces every message and waits for each acknowledgement. Returns, per message,
-    /// whether the broker acknowledged it: only those may be removed from the outbox.
-    pub async fn publish_all(&self, messages: &[DeliveryMessage]) -> Vec<bool> {
-        let sends = messages.iter().map(|m| async move {
-            let (id, headers) = m.encode();
-            let id = Some(id.as_bytes());
-            match self.producer.send(&self.topic, id, id, headers).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, intent_id = %m.intent_id, "delivery message not acknowledged; it stays in the outbox");
-                    false
-                }
-            }
-        });
-        join_all(sends).await
     }
 }
 

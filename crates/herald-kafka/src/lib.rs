@@ -3,9 +3,9 @@
 //! | stage | modules |
 //! |---|---|
 //! | every client | `client` (librdkafka settings, `[kafka.properties]`), `producer` (each send awaited until acknowledged), `headers`, `stats` (lag from librdkafka's statistics) |
-//! | ingest | `consumer` (poll batches, offsets stored once the batch is durable), `dead_letter` |
-//! | relay | `deliveries` (the `herald.deliveries` wire form and its publisher) |
-//! | deliver | `delivery_consumer` (many attempts in flight, an outstanding window, revocations that wait), `tracker` (the contiguous completed prefix per partition), `deliveries` (decoding) |
+//! | ingest | `ingest` (poll batches, offsets stored once the batch is durable), `dead_letter` (poison to `herald.dead-letter`) |
+//! | relay | `relay` (the publisher of `herald.deliveries`), `deliveries` (its wire form) |
+//! | deliver | `deliver` (many attempts in flight, an outstanding window, revocations that wait; `deliver::tracker`, the contiguous completed prefix per partition), `deliveries` (decoding) |
 //! | operators | `admin` (`herald topics ensure`), `inspect` (`herald lag`, `herald dead-letter list\|replay`) |
 //!
 //! Offsets are stored here and only here: a caller hands back the positions whose work is
@@ -14,20 +14,21 @@
 
 pub mod admin;
 pub mod client;
-pub mod consumer;
 pub mod dead_letter;
+pub mod deliver;
 pub mod deliveries;
-pub mod delivery_consumer;
 pub mod headers;
+pub mod ingest;
 pub mod inspect;
 pub mod producer;
+pub mod relay;
 pub mod stats;
-pub mod tracker;
 
 pub use client::KafkaSettings;
-pub use consumer::{BatchConsumer, Position};
 pub use dead_letter::{DeadLetter, DeadLetterProducer};
-pub use deliveries::{DeliveryMessage, DeliveryPublisher};
+pub use deliveries::DeliveryMessage;
+pub use ingest::{BatchConsumer, Position};
+pub use relay::DeliveryPublisher;
 pub use stats::LagStats;
 
 use herald_core::ErrorClass;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use herald_kafka::consumer::message_bytes;
+use herald_kafka::ingest::message_bytes;
 use herald_kafka::{BatchConsumer, Message};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 

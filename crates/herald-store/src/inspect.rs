@@ -9,7 +9,7 @@ use herald_core::BusinessKey;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::holds::{self, HoldView};
+use crate::ingest::holds::{self, HoldView};
 use crate::{Connection, Result, Store, StoreError};
 
 /// An intent's attempts (notification_attempts_intent_idx, on every partition).

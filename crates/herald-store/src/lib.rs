@@ -1,6 +1,16 @@
 //! Herald's PostgreSQL store: the connection pool, the migrations runner, and every SQL
 //! statement Herald runs. No other crate writes SQL.
 //!
+//! | stage | modules |
+//! |---|---|
+//! | ingest | `ingest` (the batch transaction; `ingest::holds`, orders held for a seller profile; `ingest::sellers`) |
+//! | HTTP ingest | `http_ingest` (the idempotency key's claim and answer), then `ingest` |
+//! | relay | `relay` (the outbox) |
+//! | deliver | `delivery` (claim, record, the lease sweep, operators' resolutions) |
+//! | reconcile | `reconcile` (provider evidence, the suppression list) |
+//! | operators and upkeep | `inspect` (the ledger's views), `templates`, `retention`, `partitions`, `migrate` |
+//! | every statement | `plans` (the hot statements whose plans `tests/plans.rs` checks), `failure` (error classes), `tls` |
+//!
 //! Each statement names the index it relies on in a comment next to it. Constraint names
 //! are mapped to domain errors here (a unique violation on a business key is an outcome,
 //! not a failure).
@@ -20,18 +30,16 @@ macro_rules! state_is_one_of {
 }
 
 pub mod delivery;
-pub mod evidence;
 pub mod failure;
-pub mod holds;
-pub mod http_requests;
+pub mod http_ingest;
 pub mod ingest;
 pub mod inspect;
 pub mod migrate;
 pub mod partitions;
 pub mod plans;
+pub mod reconcile;
 pub mod relay;
 pub mod retention;
-pub mod sellers;
 pub mod templates;
 pub mod tls;
 

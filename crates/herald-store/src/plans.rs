@@ -53,7 +53,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     },
     HotStatement {
         name: "ingest: the batch's seller profiles",
-        sql: crate::sellers::SELLERS_BY_KEY,
+        sql: crate::ingest::sellers::SELLERS_BY_KEY,
         indexes: &["sellers_pkey"],
         prepared: false,
         params: || vec![Box::new(texts()), Box::new(texts())],
@@ -112,14 +112,14 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     // an outage of the profile topic, a backlog of held intents.
     HotStatement {
         name: "holds: open holds of the sellers whose profiles came",
-        sql: crate::holds::OPEN_HOLDS_OF_SELLERS,
+        sql: crate::ingest::holds::OPEN_HOLDS_OF_SELLERS,
         indexes: &["intent_holds_open_seller_idx"],
         prepared: false,
         params: || vec![Box::new(texts()), Box::new(texts())],
     },
     HotStatement {
         name: "holds: open holds whose sellers have profiles (the backstop round)",
-        sql: crate::holds::OPEN_HOLDS_WITH_PROFILE,
+        sql: crate::ingest::holds::OPEN_HOLDS_WITH_PROFILE,
         // The deadline order of the open holds, whatever the decided ones number.
         indexes: &["intent_holds_open_until_idx"],
         prepared: false,
@@ -127,7 +127,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     },
     HotStatement {
         name: "holds: release held intents by id",
-        sql: crate::holds::RELEASE,
+        sql: crate::ingest::holds::RELEASE,
         indexes: &["notification_intents_pkey"],
         prepared: false,
         params: || {
@@ -143,7 +143,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     },
     HotStatement {
         name: "holds: expire holds past their deadline",
-        sql: crate::holds::EXPIRE_DUE,
+        sql: crate::ingest::holds::EXPIRE_DUE,
         // Either partial index of open holds: both hold the open set only, however many
         // decided holds the table keeps.
         indexes: &["intent_holds_open_until_idx", "intent_holds_open_seller_idx"],
@@ -166,7 +166,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     // of `unknown` intents after a provider outage must not make each of them read it all.
     HotStatement {
         name: "evidence: settle an unknown intent by its provider's event",
-        sql: crate::evidence::SETTLE,
+        sql: crate::reconcile::SETTLE,
         indexes: &["notification_intents_pkey"],
         prepared: true,
         params: || {
@@ -182,7 +182,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     },
     HotStatement {
         name: "evidence: the policy's decision after silence",
-        sql: crate::evidence::SILENCE_DECIDED,
+        sql: crate::reconcile::SILENCE_DECIDED,
         indexes: &["notification_intents_pkey"],
         prepared: true,
         params: || {

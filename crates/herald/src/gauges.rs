@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_kafka::delivery_consumer::DeliveryHandle;
+use herald_kafka::deliver::DeliveryHandle;
 use herald_kafka::LagStats;
 use herald_store::Store;
 use herald_telemetry::{Metrics, PartitionKey, PartitionSample};
 
-use crate::ingest::HeadOfLine;
+use crate::roles::ingest::HeadOfLine;
 
 /// How often the per-partition gauges are refreshed (librdkafka reports every 5 s).
 const PARTITION_EVERY: Duration = Duration::from_secs(2);

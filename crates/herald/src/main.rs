@@ -22,17 +22,13 @@
 mod admin;
 mod commands;
 mod config;
-mod deliver;
 mod gauges;
 mod health;
-mod http_ingest;
-mod ingest;
 mod obs;
 mod progress;
-mod reconcile;
-mod relay;
 mod retention;
 mod retrying;
+mod roles;
 mod sd_notify;
 mod shutdown;
 

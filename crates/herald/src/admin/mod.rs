@@ -20,7 +20,7 @@ use herald_core::Resolution;
 use herald_core::{BusinessKey, Channel};
 use herald_kafka::inspect::{self, DeadLetterRecord, ReadBound, ReplaySelection};
 use herald_kafka::KafkaSettings;
-use herald_store::evidence::{Destination, Suppression};
+use herald_store::reconcile::{Destination, Suppression};
 use herald_store::{IntentFilter, IntentRef, Store, StoreError};
 use herald_telemetry::ScrapeHandle;
 use serde::{Deserialize, Serialize};
@@ -238,7 +238,7 @@ async fn get_intent_by_key(
 async fn get_http_request(
     State(s): Shared,
     PathParam(key): PathParam,
-) -> Result<Json<herald_store::http_requests::RequestKeyView>, ApiError> {
+) -> Result<Json<herald_store::http_ingest::RequestKeyView>, ApiError> {
     match s.store.request_key(&key).await? {
         Some(v) => Ok(Json(v)),
         None => Err(ApiError(

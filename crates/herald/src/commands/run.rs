@@ -156,10 +156,10 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
         health.set_role(role.as_str(), RoleStatus::Running);
         let work = async move {
             let result = match role {
-                Role::Ingest => crate::ingest::run(config, store, shutdown, obs).await,
-                Role::Relay => crate::relay::run(config, store, shutdown, obs).await,
-                Role::Deliver => crate::deliver::run(config, store, shutdown, obs).await,
-                Role::Reconcile => crate::reconcile::run(config, store, shutdown, obs).await,
+                Role::Ingest => crate::roles::ingest::run(config, store, shutdown, obs).await,
+                Role::Relay => crate::roles::relay::run(config, store, shutdown, obs).await,
+                Role::Deliver => crate::roles::deliver::run(config, store, shutdown, obs).await,
+                Role::Reconcile => crate::roles::reconcile::run(config, store, shutdown, obs).await,
             };
             (role, result)
         };

@@ -4,7 +4,7 @@
 
 use clap::Subcommand;
 use herald_core::Channel;
-use herald_store::evidence::{Destination, Suppression};
+use herald_store::reconcile::{Destination, Suppression};
 use herald_store::Store;
 
 use crate::config::Config;

@@ -19,7 +19,7 @@ use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::error::ErrorMetadata;
 
 use super::*;
-use crate::outcome::ErrorCategory as C;
+use crate::deliver::outcome::ErrorCategory as C;
 
 type SesError = SdkError<SendEmailError, HttpResponse>;
 type SnsError = SdkError<PublishError, HttpResponse>;

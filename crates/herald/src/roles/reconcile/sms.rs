@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use herald_channels::sms_status::{decode_sms_status, LogRecord, SmsStatusReader};
+use herald_channels::reconcile::sms_status::{decode_sms_status, LogRecord, SmsStatusReader};
 use herald_core::state::Verdict;
 use herald_core::Channel;
-use herald_store::evidence::{Applied, ProviderEvent};
+use herald_store::reconcile::{Applied, ProviderEvent};
 use herald_store::Store;
 use tracing::{info, warn};
 

@@ -18,6 +18,7 @@
 //! announced on [`DeliveryHandle::revocations`], so that attempts waiting for their turn
 //! can release themselves instead of holding up the drain.
 
+pub mod tracker;
 pub mod window;
 
 use std::sync::atomic::{AtomicBool, Ordering};

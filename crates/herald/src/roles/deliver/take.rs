@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use herald_core::Channel;
-use herald_kafka::delivery_consumer::{InFlight, Slot};
+use herald_kafka::deliver::{InFlight, Slot};
 use herald_kafka::DeliveryMessage;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;

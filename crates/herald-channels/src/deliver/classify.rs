@@ -59,7 +59,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::error::operation::BuildError;
 use aws_smithy_types::retry::ErrorKind as RetryErrorKind;
 
-use crate::outcome::{ErrorCategory, Outcome};
+use crate::deliver::outcome::{ErrorCategory, Outcome};
 
 /// Longest `detail` kept, in bytes: provider messages and error chains can be long.
 const MAX_DETAIL: usize = 1024;

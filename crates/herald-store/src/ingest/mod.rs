@@ -6,6 +6,9 @@
 //! the same fingerprint converge (duplicates); known keys with another fingerprint are
 //! recorded in `intent_conflicts` and never sent.
 
+pub mod holds;
+pub mod sellers;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -19,8 +22,8 @@ use tokio_postgres::types::Json;
 use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::holds::{self, Decided, HeldIntent, Release};
-use crate::{sellers, templates, Connection, Result};
+use crate::{templates, Connection, Result};
+use holds::{Decided, HeldIntent, Release};
 
 /// Intents already holding some of a batch's business keys (notification_intents_business_key;
 /// the idempotency key derived from it has no index of its own, migrations/V12).

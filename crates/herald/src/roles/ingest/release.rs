@@ -7,7 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use anyhow::Context;
 use herald_core::render::Renderer;
 use herald_core::OrderEvent;
-use herald_store::holds::{Decided, HeldIntent, Release};
+use herald_store::ingest::holds::{Decided, HeldIntent, Release};
 use herald_store::IngestTx;
 use tracing::{info, warn};
 use uuid::Uuid;

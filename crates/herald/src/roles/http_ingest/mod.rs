@@ -26,7 +26,7 @@ use tracing::Instrument;
 use answer::Answer;
 use converge::Accepted;
 
-use crate::ingest::IngestContext;
+use crate::roles::ingest::IngestContext;
 use crate::shutdown::Shutdown;
 
 const OPENAPI: &str = include_str!("openapi.json");

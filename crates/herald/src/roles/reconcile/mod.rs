@@ -17,10 +17,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_channels::evidence::{decode_queue_body, QueueBody, SesEvent, SesEventType};
-use herald_channels::queue::{QueueMessage, QueueReader, QueueSettings};
+use herald_channels::reconcile::queue::{QueueMessage, QueueReader, QueueSettings};
+use herald_channels::reconcile::ses_events::{decode_queue_body, QueueBody, SesEvent, SesEventType};
 use herald_core::Channel;
-use herald_store::evidence::{Applied, ProviderEvent};
+use herald_store::reconcile::{Applied, ProviderEvent};
 use herald_store::Store;
 use tracing::{debug, info, warn};
 

@@ -11,7 +11,7 @@ use herald_channels::{
 };
 use herald_core::retry::jitter;
 use herald_core::{AttemptOutcome, Channel, NotSentReason};
-use herald_kafka::delivery_consumer::InFlight;
+use herald_kafka::deliver::InFlight;
 use herald_store::delivery::Claimed;
 use herald_store::inspect::mask_destination;
 use herald_telemetry::propagation::trace_id;

@@ -14,7 +14,7 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use crate::ingest::Unrendered;
+use crate::roles::ingest::Unrendered;
 
 /// Seconds a client is told to wait before retrying a 409 or a 503.
 const RETRY_AFTER_SECS: u64 = 1;

@@ -20,7 +20,7 @@ mod stats;
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_kafka::consumer::positions_after;
+use herald_kafka::ingest::positions_after;
 use herald_kafka::{BatchConsumer, DeadLetterProducer};
 use herald_store::Store;
 use tracing::{info, warn};
@@ -75,7 +75,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         .map(|wait| tokio::spawn(holds::sweep_every(ctx.clone(), wait)));
     let http = match config.http_ingest.listen.is_empty() {
         true => None,
-        false => Some(crate::http_ingest::start(ctx.clone(), shutdown.clone()).await?),
+        false => Some(crate::roles::http_ingest::start(ctx.clone(), shutdown.clone()).await?),
     };
     let reporter = tokio::spawn(stats::report_every(stats.clone(), Duration::from_secs(10)));
     info!(group = %group, "ingest consuming");

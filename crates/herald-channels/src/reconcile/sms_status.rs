@@ -22,7 +22,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use herald_core::digest::fields_hex;
 use serde_json::Value;
 
-use crate::evidence::Malformed;
+use crate::reconcile::ses_events::Malformed;
 use crate::settings::{sdk_config, AwsSettings};
 
 const DETAIL_MAX: usize = 300;

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::tracker::PartitionTracker;
+use crate::deliver::tracker::PartitionTracker;
 
 /// Flow-control limits of the delivery consumer.
 #[derive(Debug, Clone)]

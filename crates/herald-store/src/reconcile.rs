@@ -1,6 +1,7 @@
-//! The provider's own evidence: events stored against the attempt they concern, `unknown`
-//! intents settled by them (or, after the silence window, by the channel's policy), and
-//! the suppression list that bounces and complaints feed.
+//! The reconcile role's statements, the provider's own evidence: events stored against the
+//! attempt they concern, `unknown` intents settled by them (or, after the silence window,
+//! by the channel's policy), and the suppression list that bounces and complaints feed
+//! (read by ingest's consent decision, lifted by operators).
 //!
 //! Rules every statement here keeps:
 //! - evidence is append-only: an attempt recorded `unknown` stays `unknown`; the event is

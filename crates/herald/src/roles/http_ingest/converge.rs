@@ -6,14 +6,14 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use herald_store::http_requests::KeyClaim;
+use herald_store::http_ingest::KeyClaim;
 use herald_store::IngestTx;
 use tracing::Span;
 
 use super::answer::Answer;
 use super::request::OrderRequest;
 use crate::config::Route;
-use crate::ingest::{plan_orders, renderer, report_convergence, IngestContext, Origin, Routed};
+use crate::roles::ingest::{plan_orders, renderer, report_convergence, IngestContext, Origin, Routed};
 
 /// What the request asked, decided before any I/O.
 pub struct Accepted {

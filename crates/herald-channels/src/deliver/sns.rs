@@ -6,9 +6,9 @@ use aws_sdk_sns::error::BuildError;
 use aws_sdk_sns::types::MessageAttributeValue;
 use aws_sdk_sns::Client;
 
-use crate::classify;
-use crate::message::SmsMessage;
-use crate::outcome::Outcome;
+use crate::deliver::classify;
+use crate::deliver::message::SmsMessage;
+use crate::deliver::outcome::Outcome;
 use crate::settings::{sdk_config, AwsSettings};
 
 const SMS_TYPE: &str = "AWS.SNS.SMS.SMSType";

@@ -7,11 +7,11 @@ use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message, Me
 use aws_sdk_sesv2::Client;
 use aws_smithy_types::error::display::DisplayErrorContext;
 
-use crate::classify;
-use crate::message::EmailMessage;
-use crate::outcome::Outcome;
+use crate::deliver::classify;
+use crate::deliver::message::EmailMessage;
+use crate::deliver::outcome::Outcome;
+use crate::deliver::tags;
 use crate::settings::{sdk_config, AwsSettings};
-use crate::tags;
 
 const CHARSET: &str = "UTF-8";
 

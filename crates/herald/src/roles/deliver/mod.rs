@@ -18,7 +18,7 @@
 //! next attempts are claimed while the slots are busy and a slot never waits for a
 //! database round trip; per channel, no more attempts claimed and not yet sent than its
 //! rate sends within the lease (`herald_core::lease`). The consumer stops taking messages
-//! when its own window is full ([`herald_kafka::delivery_consumer`]).
+//! when its own window is full ([`herald_kafka::deliver`]).
 
 mod batch;
 mod claim;
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use herald_core::lease::LeaseBudget;
 use herald_core::{Channel, NotSentReason};
-use herald_kafka::delivery_consumer::{DeliveryConsumer, DeliveryHandle, FlowLimits, Work};
+use herald_kafka::deliver::{DeliveryConsumer, DeliveryHandle, FlowLimits, Work};
 use herald_store::delivery::ChannelPolicies;
 use herald_store::Store;
 use tokio::sync::{mpsc, Semaphore};
@@ -223,7 +223,7 @@ async fn sweep_loop(ctx: Arc<DeliveryContext>) {
 /// silence).
 async fn settle_silent(ctx: &DeliveryContext) {
     use herald_core::retry::NextState;
-    use herald_store::evidence::Silence;
+    use herald_store::reconcile::Silence;
     match ctx.store.settle_silent(&ctx.policies, 500).await {
         Ok(decided) => {
             for d in decided {
