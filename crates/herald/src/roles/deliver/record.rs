@@ -77,8 +77,7 @@ async fn record_batch(ctx: &DeliveryContext, batch: Vec<FinishedAttempt>) {
                 "missing"
             }
         };
-        ctx.obs.metrics.attempt_recorded(label);
-        ctx.stats.recorded(r.outcome.as_str());
+        ctx.stats.recorded(r.outcome.as_str(), label);
         ctx.handle.complete(f.taken.work);
     }
 }

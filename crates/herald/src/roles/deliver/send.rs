@@ -155,9 +155,7 @@ async fn attempt_in_span(
     span.record("herald.outcome", attempt_outcome.as_str());
     drop(call);
     drop(slot);
-    ctx.obs
-        .metrics
-        .attempt_finished(channel, attempt_outcome.as_str(), took);
+    ctx.stats.sent(channel, attempt_outcome.as_str(), took);
     let next = policy.next(attempt_outcome, c.tries, jitter());
     let (provider_message_id, category, detail) = match &outcome {
         Outcome::Accepted { provider_message_id } => (Some(provider_message_id.clone()), None, None),
@@ -224,7 +222,7 @@ fn not_sent(
 ) -> FinishedAttempt {
     let channel = c.channel.as_str();
     tracing::Span::current().record("herald.outcome", AttemptOutcome::NotSent.as_str());
-    ctx.obs.metrics.attempt_not_sent(channel, reason.as_str());
+    ctx.stats.not_sent(channel, reason.as_str());
     let next = ctx.policies[&c.channel].next(AttemptOutcome::NotSent, c.tries, jitter());
     warn!(intent_id = %c.intent_id, attempt_id = %c.attempt_id, attempt_no = c.attempt_no, channel,
           outcome = AttemptOutcome::NotSent.as_str(), category = reason.as_str(), next = ?next,

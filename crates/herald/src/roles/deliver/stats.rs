@@ -1,5 +1,7 @@
-//! Delivery counters: totals for the periodic and final log lines; skips also go to the
-//! exported metrics (attempts are counted where they start and finish, with their channel).
+//! Delivery's counting, in one place: each counted event is one method here, which adds it
+//! to the exported metrics (`herald_telemetry::Metrics`) and, for the events the log's
+//! totals name, to the role's totals (the periodic and the final log lines read those).
+//! Nothing outside this module counts for delivery.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -43,7 +45,20 @@ impl DeliveryStats {
             .or_default() += 1;
     }
 
-    pub fn recorded(&self, outcome: &'static str) {
+    /// A provider call ended with `outcome` after `took`.
+    pub fn sent(&self, channel: &str, outcome: &str, took: Duration) {
+        self.metrics.attempt_finished(channel, outcome, took);
+    }
+
+    /// A claimed attempt ended without a provider call (`reason`).
+    pub fn not_sent(&self, channel: &str, reason: &'static str) {
+        self.metrics.attempt_not_sent(channel, reason);
+    }
+
+    /// An attempt's `outcome` was recorded; `result`: what the record did (on time, late,
+    /// already recorded, ...).
+    pub fn recorded(&self, outcome: &'static str, result: &'static str) {
+        self.metrics.attempt_recorded(result);
         self.recorded.fetch_add(1, Relaxed);
         self.metrics.gauges().add_in_flight(-1);
         *self

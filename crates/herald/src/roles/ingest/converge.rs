@@ -6,7 +6,6 @@
 //! transaction again.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -100,14 +99,11 @@ async fn converge_part<'m>(
     fail::fail_point!("ingest-before-db-commit");
     tx.commit().await.context("committing the ingest transaction")?;
     drop(conn);
-    ctx.obs.metrics.ingest_batch(part.len(), started.elapsed());
+    ctx.stats
+        .batch_committed(part.len(), started.elapsed(), classified.no_route, seller_count);
     released.report(&ctx.stats, "profile");
 
     report_convergence(ctx, &plan, &results);
-    let s = &ctx.stats;
-    s.no_route.fetch_add(classified.no_route, Relaxed);
-    s.metrics.events_ignored("no_route", classified.no_route);
-    s.seller_updates.fetch_add(seller_count, Relaxed);
     tracing::debug!(
         messages = part.len(),
         intents = results.len(),
@@ -223,18 +219,7 @@ fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats
     let trace_id = intent.trace_context.as_deref().and_then(trace_id);
     match result {
         Convergence::Created { intent_id, state } => {
-            s.intents_created.fetch_add(1, Relaxed);
-            s.metrics.intent_created(kind, channel, revision);
-            match state {
-                IntentState::Suppressed => {
-                    s.intents_suppressed.fetch_add(1, Relaxed);
-                }
-                IntentState::AwaitingProfile => s.metrics.holds("held", 1),
-                IntentState::Observed => s
-                    .metrics
-                    .intent_observed(channel, intent.payload.consent.as_str()),
-                _ => {}
-            }
+            s.intent_created(kind, channel, revision, *state, intent.payload.consent.as_str());
             // A held intent's consent and revision are decided when the profile arrives.
             let (consent, revision) = match state {
                 IntentState::AwaitingProfile => ("undecided", "undecided"),
@@ -253,8 +238,7 @@ fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats
                   consent, trace_id, routine, "intent created");
         }
         Convergence::Duplicate { intent_id } => {
-            s.duplicates.fetch_add(1, Relaxed);
-            s.metrics.duplicate_converged(kind, channel);
+            s.duplicate_converged(kind, channel);
             info!(intent_id = %intent_id, channel, template_revision = revision, event_id = %intent.event_id,
                   trace_id, routine = true, "intent reused: duplicate converged on existing intent");
         }
@@ -264,8 +248,7 @@ fn log_convergence(intent: &NewIntent<'_>, result: &Convergence, s: &IngestStats
             newly_recorded,
         } => {
             if *newly_recorded {
-                s.conflicts.fetch_add(1, Relaxed);
-                s.metrics.fingerprint_conflict(kind, channel);
+                s.conflict_recorded(kind, channel);
             }
             warn!(intent_id = %intent_id, channel, template_revision = revision, event_id = %intent.event_id, trace_id,
                   existing_fingerprint = %existing_fingerprint, offending_fingerprint = %intent.fingerprint,

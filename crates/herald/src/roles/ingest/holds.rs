@@ -66,7 +66,7 @@ async fn round(ctx: &IngestContext) -> anyhow::Result<usize> {
               "held intent expired: no seller profile within the wait, frozen without one (no_seller_profile)");
         super::release::count_observed(&ctx.stats, d);
     }
-    ctx.stats.metrics.holds("expired", expired.len() as u64);
+    ctx.stats.holds("expired", expired.len());
     released.report(&ctx.stats, "sweep");
     Ok(expired.len() + released.decided.len() + released.failed.len())
 }

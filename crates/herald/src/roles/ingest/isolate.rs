@@ -8,7 +8,6 @@
 //! replays the batch, where the committed parts converge as duplicates and their dead
 //! letters are produced again (dead letters are at least once).
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use herald_core::event::DeadLetterReason;
@@ -67,9 +66,7 @@ pub async fn ingest_batch(
         };
         produce_dead_letters(ctx, &poison, shutdown).await?;
     }
-    let s = &ctx.stats;
-    s.messages.fetch_add(batch.len() as u64, Relaxed);
-    s.batches.fetch_add(1, Relaxed);
+    ctx.stats.batch_taken(batch.len());
     Ok(())
 }
 
@@ -85,7 +82,7 @@ fn refused<'m>(
         .find_map(|c| c.downcast_ref::<StoreError>())
         .and_then(StoreError::sqlstate)
         .unwrap_or("none");
-    ctx.obs.metrics.message_isolated(class.label());
+    ctx.stats.message_isolated(class.label());
     warn!(topic = m.topic(), partition = m.partition(), offset = m.offset(), class = class.label(), sqlstate,
           error = %format!("{e:#}"), "message refused permanently on its own: dead-lettering it");
     dead_letter(
@@ -152,10 +149,6 @@ async fn produce_dead_letters(
     if sent.is_err() {
         return Err(Stopped);
     }
-    let s = &ctx.stats;
-    s.dead_letters.fetch_add(poison.len() as u64, Relaxed);
-    for p in poison {
-        s.metrics.dead_lettered("ingest", p.reason);
-    }
+    ctx.stats.dead_lettered(poison.iter().map(|p| p.reason));
     Ok(())
 }

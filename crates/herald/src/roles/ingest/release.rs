@@ -33,8 +33,8 @@ impl Released {
             warn!(intent_id = %id, error = %error, how,
                   "held intent did not render with the seller's profile: still held until its wait runs out");
         }
-        stats.metrics.holds("released", self.decided.len() as u64);
-        stats.metrics.holds("release_failed", self.failed.len() as u64);
+        stats.holds("released", self.decided.len());
+        stats.holds("release_failed", self.failed.len());
     }
 }
 
@@ -42,7 +42,7 @@ impl Released {
 /// created).
 pub fn count_observed(stats: &IngestStats, d: &Decided) {
     if d.state == herald_core::IntentState::Observed.as_str() {
-        stats.metrics.intent_observed(&d.channel, &d.consent);
+        stats.held_intent_observed(&d.channel, &d.consent);
     }
 }
 
