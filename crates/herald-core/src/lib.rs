@@ -8,6 +8,7 @@
 
 pub mod channel;
 pub mod consent;
+pub mod destination;
 pub mod digest;
 pub mod event;
 pub mod failure;

@@ -402,7 +402,7 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
             .collect();
         let destination: Option<String> = r.get(23);
         let payload = r.get::<_, Option<String>>(24).map(|locale| PayloadView {
-            destination: destination.as_deref().map(mask_destination),
+            destination: destination.as_deref().map(herald_core::destination::mask),
             locale,
             subject: r.get(25),
             body_bytes: r.get(26),
@@ -442,34 +442,5 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
             conflicts,
             outbox_rows: r.get(28),
         }))
-    }
-}
-
-/// `s19@example.com` -> `s***@example.com`, `+15555550100` -> `+1555*****00`.
-pub fn mask_destination(d: &str) -> String {
-    if let Some((local, domain)) = d.split_once('@') {
-        let first: String = local.chars().take(1).collect();
-        return format!("{first}***@{domain}");
-    }
-    let chars: Vec<char> = d.chars().collect();
-    // Short numbers would show most of themselves: mask them whole.
-    if chars.len() < 11 {
-        return "*".repeat(chars.len());
-    }
-    let head: String = chars[..5].iter().collect();
-    let tail: String = chars[chars.len() - 2..].iter().collect();
-    format!("{head}{}{tail}", "*".repeat(chars.len() - 7))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn destinations_are_masked() {
-        assert_eq!(mask_destination("s19@example.com"), "s***@example.com");
-        assert_eq!(mask_destination("+15555550100"), "+1555*****00");
-        assert_eq!(mask_destination("+1234"), "*****");
-        assert_eq!(mask_destination("+123456789"), "**********");
     }
 }

@@ -203,7 +203,7 @@ impl Store {
             let policy = policies
                 .get(&channel)
                 .ok_or_else(|| StoreError::Corrupt(format!("no retry policy for channel {channel}")))?;
-            let next = policy.after_silence(tries.max(0) as u32, jitter());
+            let next = policy.after_silence(crate::delivery::tries(tries), jitter());
             let (resolved_as, delay) = match next {
                 NextState::RetryAfter(d) => ("retry", Some(d.as_secs_f64())),
                 _ => ("hold", None),

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use herald_store::inspect::mask_destination;
+use herald_core::destination::mask as mask_destination;
 use integration_tests::kafka::{committed_lag, produce, producer, read_all};
 use integration_tests::moto::{emails_to, MOTO};
 use integration_tests::samples::{order_event, Seller};

@@ -53,6 +53,16 @@ pub struct AttemptRecord {
 /// The retry policy of each channel, for decisions the store takes itself (expired leases).
 pub type ChannelPolicies = HashMap<Channel, RetryPolicy>;
 
+/// An intent's attempts that could have reached the provider (`attempt_count -
+/// unsent_attempts`, read from the ledger) as the retry policy counts them. Negative
+/// cannot happen (both counters only grow, `unsent_attempts` with `attempt_count`); it
+/// reads as none, and the policy counts at least one ([`RetryPolicy::next`]).
+///
+/// [`RetryPolicy::next`]: herald_core::retry::RetryPolicy::next
+pub(crate) fn tries(sent_attempts: i32) -> u32 {
+    u32::try_from(sent_attempts).unwrap_or(0)
+}
+
 /// The columns of `(intent, next state)` pairs for the `unnest` of the statements that
 /// move intents.
 fn next_state_columns(

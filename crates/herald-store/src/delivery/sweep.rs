@@ -201,7 +201,7 @@ pub(super) async fn expire_in(
                        worker = owner.as_deref().unwrap_or("-"), "lease expired: attempt recorded unknown");
         next.push((
             r.get(0),
-            policy.next(AttemptOutcome::Unknown, tries.max(0) as u32, jitter()),
+            policy.next(AttemptOutcome::Unknown, super::tries(tries), jitter()),
         ));
     }
     let ids: Vec<Uuid> = next.iter().map(|(id, _)| *id).collect();

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use herald_channels::{
     EmailMessage, ErrorCategory, Outcome, RateLimiter, Reservation, SesSender, SmsMessage, SnsSender,
 };
+use herald_core::destination::mask as mask_destination;
 use herald_core::retry::jitter;
 use herald_core::{AttemptOutcome, Channel, NotSentReason};
 use herald_kafka::deliver::InFlight;
 use herald_store::delivery::Claimed;
-use herald_store::inspect::mask_destination;
 use herald_telemetry::propagation::trace_id;
 use tokio::sync::SemaphorePermit;
 use tracing::field::Empty;
