@@ -201,7 +201,7 @@ mod tests {
         assert_eq!(
             ingest.get("queued.max.messages.kbytes"),
             Some("4096"),
-            "ingest.prefetch_kbytes wins"
+            "ingest.prefetch_max_kbytes wins"
         );
         let plain = with(&[]);
         let delivery = crate::deliver::client_config(&plain, "g");

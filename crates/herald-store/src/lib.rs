@@ -9,7 +9,7 @@
 //! | deliver | `delivery` (claim, record, the lease sweep, operators' resolutions) |
 //! | reconcile | `reconcile` (provider evidence, the suppression list) |
 //! | operators and upkeep | `inspect` (the ledger's views), `templates`, `retention`, `partitions`, `migrate` |
-//! | every statement | `plans` (the hot statements whose plans `tests/plans.rs` checks), `failure` (error classes), `tls` |
+//! | every statement | `plans` (the hot statements whose plans `integration-tests/tests/plans.rs` checks), `failure` (error classes), `tls` |
 //!
 //! Each statement names the index it relies on in a comment next to it. Constraint names
 //! are mapped to domain errors here (a unique violation on a business key is an outcome,

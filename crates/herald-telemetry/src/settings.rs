@@ -7,8 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::LogFormat;
 
+/// Loaded from the configuration's `[log]`, whose defaults are `config/herald.example.toml`:
+/// every key must be there ([`Default`] is for callers outside the configuration, and
+/// herald's tests check that it equals the example).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct LogSettings {
     pub format: LogFormat,
     /// An `EnvFilter` directive such as `info` or `info,herald=debug`; `RUST_LOG` wins.
@@ -29,8 +32,10 @@ impl Default for LogSettings {
     }
 }
 
+/// Loaded from the configuration's `[telemetry]`, whose defaults are
+/// `config/herald.example.toml` (see [`LogSettings`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct OtelSettings {
     /// OTLP/HTTP traces endpoint, used verbatim (include `/v1/traces`). Empty: no export.
     pub traces_endpoint: Option<String>,

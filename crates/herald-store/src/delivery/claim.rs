@@ -250,7 +250,7 @@ fn claimed_from_row(r: &Row, reclaimed: bool) -> Result<Claimed> {
         intent_id: r.get(0),
         attempt_id: r.get(1),
         attempt_no,
-        tries: super::tries(attempt_no - unsent),
+        tries: super::tries(attempt_no - unsent).max(1),
         channel: intent_channel(r.get(4))?,
         marketplace_id: r.get(5),
         trace_context: r.get(6),

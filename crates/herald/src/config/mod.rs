@@ -4,9 +4,10 @@
 //! Validated at start-up; every error names the key.
 //!
 //! One module per section, its validation beside its fields; the sections' structs have no
-//! defaults of their own and refuse unknown keys. What spans sections (a lease that must
-//! cover a send at each channel's rate, HTTP ingest's share of the database pool, the
-//! listeners that must differ) is checked here, in [`Config::validate`].
+//! defaults of their own and refuse unknown keys. [`Config::validate`] runs each section's,
+//! then what spans sections: HTTP ingest's share of the database pool and the listeners
+//! that must differ here, a lease that must cover a send at each channel's rate in
+//! `channels.rs` (given the lease from `[delivery]` and `[aws]`).
 
 mod admin;
 mod aws;
@@ -75,9 +76,9 @@ pub struct Config {
 
 /// Every default, and the documentation of every key: the example configuration is the
 /// first layer of every load, so that a default is written once, where it is explained.
-/// Every key of a section is in it (a section's struct has no defaults of its own: a key
-/// missing here fails every load, and `make test`); only optional keys and the routes are
-/// left out (unset, and none).
+/// Every key of a section is in it (no section's struct, `[log]` and `[telemetry]`'s in
+/// herald-telemetry included, has serde defaults: a key missing here fails every load, and
+/// `make test`); only optional keys and the routes are left out (unset, and none).
 pub const DEFAULTS: &str = include_str!("../../../../config/herald.example.toml");
 
 impl Config {

@@ -58,9 +58,7 @@ async fn claim_batch(ctx: &DeliveryContext, batch: Vec<Taken>, out: &mpsc::Sende
         },
     )
     .await;
-    ctx.obs
-        .metrics
-        .delivery_batch("claim", requests.len(), first_try.elapsed());
+    ctx.stats.batch("claim", requests.len(), first_try.elapsed());
     // Failure policy: a crash here, after the claim committed and before the sends,
     // leaves `started` attempts under leases that expire into `unknown`: honest, if
     // pessimistic (nothing was sent).

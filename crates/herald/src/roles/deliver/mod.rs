@@ -229,8 +229,7 @@ async fn settle_silent(ctx: &DeliveryContext) {
             for d in decided {
                 match d {
                     Silence::Evidence(intent_id, channel, verdict) => {
-                        ctx.obs
-                            .metrics
+                        ctx.stats
                             .unknown_settled(channel.as_str(), "evidence", verdict.as_str());
                         info!(%intent_id, state = verdict.as_str(),
                               "unknown settled by a provider event that came before the outcome was recorded");
@@ -241,9 +240,7 @@ async fn settle_silent(ctx: &DeliveryContext) {
                         } else {
                             "hold"
                         };
-                        ctx.obs
-                            .metrics
-                            .unknown_settled(channel.as_str(), "silence", decided);
+                        ctx.stats.unknown_settled(channel.as_str(), "silence", decided);
                         warn!(%intent_id, channel = channel.as_str(), decided,
                               "no provider event within the silence window: on_unknown decided");
                     }

@@ -43,9 +43,7 @@ async fn record_batch(ctx: &DeliveryContext, batch: Vec<FinishedAttempt>) {
         || ctx.store.record(&records),
     )
     .await;
-    ctx.obs
-        .metrics
-        .delivery_batch("record", records.len(), started.elapsed());
+    ctx.stats.batch("record", records.len(), started.elapsed());
     // Failure policy: a crash here, after the record committed and before the offsets
     // are stored, replays these messages: each finds its intent terminal (or retry not
     // due) and is acknowledged without sending.

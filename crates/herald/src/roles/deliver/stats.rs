@@ -45,6 +45,16 @@ impl DeliveryStats {
             .or_default() += 1;
     }
 
+    /// A claim or record batch (`stage`) of `size` took `took`, its retries included.
+    pub fn batch(&self, stage: &'static str, size: usize, took: Duration) {
+        self.metrics.delivery_batch(stage, size, took);
+    }
+
+    /// An `unknown` intent decided `how` (`evidence`, `silence`) as `decided`.
+    pub fn unknown_settled(&self, channel: &str, how: &'static str, decided: &'static str) {
+        self.metrics.unknown_settled(channel, how, decided);
+    }
+
     /// A provider call ended with `outcome` after `took`.
     pub fn sent(&self, channel: &str, outcome: &str, took: Duration) {
         self.metrics.attempt_finished(channel, outcome, took);
