@@ -66,15 +66,10 @@ impl KafkaSettings {
     }
 
     /// At-least-once consumer: offsets are stored explicitly after the work is durable and
-    /// committed by librdkafka's auto-commit; cooperative-sticky assignment.
-    pub fn consumer(&self, group_id: &str) -> ClientConfig {
-        self.consumer_tuned(group_id, &[])
-    }
-
-    /// [`KafkaSettings::consumer`] with a consumer's own tuning (`tuning`, property and
-    /// value) on top of the shared one. Both go in before the `[kafka.properties]`
-    /// pass-through, so an operator's property always wins over them.
-    pub fn consumer_tuned(&self, group_id: &str, tuning: &[(&str, &str)]) -> ClientConfig {
+    /// committed by librdkafka's auto-commit; cooperative-sticky assignment. `tuning`
+    /// (property and value) is the consumer's own on top of the shared tuning; both go in
+    /// before the `[kafka.properties]` pass-through, so an operator's property always wins.
+    pub fn consumer(&self, group_id: &str, tuning: &[(&str, &str)]) -> ClientConfig {
         let mut c = self.base();
         c.set("partition.assignment.strategy", "cooperative-sticky")
             .set("enable.partition.eof", "false")
@@ -154,7 +149,7 @@ mod tests {
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),
         };
-        let consumer = s.consumer("g");
+        let consumer = s.consumer("g", &[]);
         assert_eq!(consumer.get("session.timeout.ms"), Some("6000"));
         assert_eq!(consumer.get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(consumer.get("enable.auto.offset.store"), Some("false"));
@@ -165,7 +160,7 @@ mod tests {
         assert_eq!(producer.get("enable.idempotence"), Some("true"));
         assert_eq!(s.admin().get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(s.reader("g").get("isolation.level"), Some("read_committed"));
-        let tuned = s.consumer_tuned(
+        let tuned = s.consumer(
             "g",
             &[("session.timeout.ms", "45000"), ("fetch.wait.max.ms", "20")],
         );

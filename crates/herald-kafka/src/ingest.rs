@@ -113,7 +113,7 @@ const INGEST_TUNING: &[(&str, &str)] = &[("fetch.queue.backoff.ms", "50")];
 /// after the `[kafka.properties]` pass-through: it is the ingest bound, whose own key is
 /// `ingest.prefetch_max_kbytes`.
 pub(crate) fn client_config(settings: &KafkaSettings, group: &str, prefetch_kbytes: u32) -> ClientConfig {
-    let mut config = settings.consumer_tuned(group, INGEST_TUNING);
+    let mut config = settings.consumer(group, INGEST_TUNING);
     config.set("queued.max.messages.kbytes", prefetch_kbytes.to_string());
     config
 }

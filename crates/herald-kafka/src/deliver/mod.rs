@@ -275,7 +275,7 @@ const DELIVERY_TUNING: &[(&str, &str)] = &[("queued.max.messages.kbytes", "2048"
 
 /// The delivery consumer's librdkafka configuration.
 pub(crate) fn client_config(settings: &KafkaSettings, group: &str) -> ClientConfig {
-    settings.consumer_tuned(group, DELIVERY_TUNING)
+    settings.consumer(group, DELIVERY_TUNING)
 }
 
 /// How long the window may stay full before every partition is paused. Until then the
