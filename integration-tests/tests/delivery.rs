@@ -4,10 +4,12 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use integration_tests::http::scrape;
 use integration_tests::kafka::{produce, producer};
 use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::UniqueSeller;
 use integration_tests::{seed_orders, wait_for, TestEnv};
+use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -56,9 +58,40 @@ async fn order_event_ends_as_one_email_and_one_sms_at_the_provider() -> Result<(
 
     env.wait_lag_zero("herald-delivery", &["herald.deliveries"])
         .await?;
+    let metrics = scrape(&herald.admin_addr(WAIT).await?).await?;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "herald_attempts_started_total{channel=\"email\"} 1"),
+        "{metrics}"
+    );
     assert!(
         herald.terminate(WAIT).await?.success(),
         "SIGTERM drains and exits 0"
+    );
+    // The totals an operator reads in the log at exit are the metrics' counts.
+    let log = herald.log();
+    let totals = |message: &str| -> Value {
+        log.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|l| l["message"] == message)
+            .unwrap_or_else(|| panic!("no {message:?} line in\n{log}"))
+    };
+    let delivery = totals("delivery totals");
+    assert_eq!(
+        (&delivery["claimed"], &delivery["recorded"], &delivery["outcomes"]),
+        (&json!(2), &json!(2), &json!(r#"{"accepted": 2}"#)),
+        "{delivery}"
+    );
+    let ingest = totals("ingest totals");
+    assert_eq!(
+        (
+            &ingest["intents_created"],
+            &ingest["seller_updates"],
+            &ingest["dead_letters"]
+        ),
+        (&json!(2), &json!(1), &json!(0)),
+        "{ingest}"
     );
     env.cleanup().await;
     Ok(())

@@ -20,7 +20,7 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
 pub use logging::{routine_kept, routine_lines_sampled_out, LogFormat};
-pub use metrics::{Gauges, Metrics, PartitionKey, PartitionSample};
+pub use metrics::{Gauges, Metrics, PartitionKey, PartitionSample, Reading};
 pub use settings::{LogSettings, OtelSettings};
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +94,7 @@ impl Telemetry {
         let meter_provider = meters.build();
         let metrics = Arc::new(Metrics::new(
             &opentelemetry::metrics::MeterProvider::meter(&meter_provider, "herald"),
+            registry.clone(),
             env!("CARGO_PKG_VERSION"),
         ));
         Ok(Self {

@@ -6,6 +6,10 @@
 //! Prometheus names (the exporter adds `_total` to counters and `_seconds` to histograms
 //! in seconds) are listed in `deploy/prometheus/alerts.yml` and the Grafana dashboard; a
 //! test checks both against a real scrape.
+//!
+//! The metrics are Herald's one count: the log lines that report totals (each role's
+//! progress and final lines) read them back through [`Metrics::read`], the same values
+//! the scrape serves, rather than counting beside them.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -46,8 +50,16 @@ pub const HTTP_INGEST_OUTCOMES: [&str; 16] = [
 pub const HOLD_OUTCOMES: [&str; 4] = ["held", "released", "expired", "release_failed"];
 
 pub struct Metrics {
+    /// The registry the meter's Prometheus reader fills: what the scrape and [`Metrics::read`] read.
+    registry: prometheus::Registry,
+    /// The provider of [`Metrics::unexported`], kept for as long as its instruments: a
+    /// provider dropped stops its readers. (`Telemetry` keeps the process's own.)
+    _provider: Option<opentelemetry_sdk::metrics::SdkMeterProvider>,
+    ingest_messages: Counter<u64>,
+    seller_updates: Counter<u64>,
     intents_created: Counter<u64>,
     intents_observed: Counter<u64>,
+    intents_suppressed: Counter<u64>,
     duplicates_converged: Counter<u64>,
     fingerprint_conflicts: Counter<u64>,
     events_ignored: Counter<u64>,
@@ -73,6 +85,7 @@ pub struct Metrics {
     provider_messages: Counter<u64>,
     provider_events: Counter<u64>,
     unknown_settled: Counter<u64>,
+    suppressions_added: Counter<u64>,
     gauges: Arc<Gauges>,
 }
 
@@ -83,6 +96,8 @@ pub const PROVIDER_EVENT_OUTCOMES: [&str; 3] = ["matched", "unmatched", "duplica
 /// Who settled an `unknown` intent (`herald_unknown_settled_total{channel,by,as}`), and as what.
 pub const UNKNOWN_SETTLED_BY: [&str; 3] = ["evidence", "silence", "operator"];
 pub const UNKNOWN_SETTLED_AS: [&str; 4] = ["accepted", "rejected", "retry", "hold"];
+/// Why a provider event put destinations on the suppression list (`herald_suppressions_added_total{reason}`).
+pub const SUPPRESSION_REASONS: [&str; 2] = ["bounced", "complained"];
 
 /// What retention removes (`herald_retention_removed_total{what}`).
 pub const RETENTION_REMOVED: [&str; 6] = [
@@ -103,10 +118,30 @@ pub const RETENTION_STEPS: [&str; 5] = [
 ];
 
 impl Metrics {
-    pub fn new(meter: &Meter, version: &'static str) -> Self {
+    /// The instruments of `meter`, whose provider has a Prometheus reader filling `registry`.
+    pub fn new(meter: &Meter, registry: prometheus::Registry, version: &'static str) -> Self {
         let gauges = Arc::new(Gauges::default());
         register_gauges(meter, &gauges, version);
         Self {
+            registry,
+            _provider: None,
+            ingest_messages: meter
+                .u64_counter("herald_ingest_messages")
+                .with_description(
+                    "Messages ingest finished with: converged into the ledger, or dead-lettered with their reason",
+                )
+                .build(),
+            seller_updates: meter
+                .u64_counter("herald_seller_updates")
+                .with_description("Seller profile records (and tombstones) ingest applied")
+                .build(),
+            intents_suppressed: meter
+                .u64_counter("herald_intents_suppressed")
+                .with_description(
+                    "Intents frozen `suppressed` when they were created (never sent), by channel and the consent \
+                     decision that suppressed them",
+                )
+                .build(),
             intents_created: meter
                 .u64_counter("herald_intents_created")
                 .with_description("Notification intents created (first sight of a business key and channel)")
@@ -263,6 +298,13 @@ impl Metrics {
                      `herald intent resolve` run as a command) and as what",
                 )
                 .build(),
+            suppressions_added: meter
+                .u64_counter("herald_suppressions_added")
+                .with_description(
+                    "Destinations the provider's events put on the suppression list, by reason (bounced: a permanent \
+                     bounce; complained)",
+                )
+                .build(),
             gauges,
         }
     }
@@ -271,6 +313,9 @@ impl Metrics {
     pub fn init_reconcile(&self, event_types: &[&'static str]) {
         for result in PROVIDER_MESSAGE_RESULTS {
             self.provider_messages.add(0, &[KeyValue::new("result", result)]);
+        }
+        for reason in SUPPRESSION_REASONS {
+            self.suppressions_added.add(0, &[KeyValue::new("reason", reason)]);
         }
         for t in event_types {
             for outcome in PROVIDER_EVENT_OUTCOMES {
@@ -297,6 +342,12 @@ impl Metrics {
                 KeyValue::new("outcome", outcome),
             ],
         );
+    }
+
+    /// `n` destinations put on the suppression list, `reason` one of [`SUPPRESSION_REASONS`].
+    pub fn suppressions_added(&self, reason: &'static str, n: u64) {
+        debug_assert!(SUPPRESSION_REASONS.contains(&reason), "{reason}");
+        self.suppressions_added.add(n, &[KeyValue::new("reason", reason)]);
     }
 
     /// An `unknown` intent settled `by` one of [`UNKNOWN_SETTLED_BY`], `as` one of
@@ -358,6 +409,29 @@ impl Metrics {
                 KeyValue::new("consent", consent.to_owned()),
             ],
         );
+    }
+
+    /// An intent frozen `suppressed` when it was created: `consent` is why (not `granted`).
+    pub fn intent_suppressed(&self, channel: &str, consent: &str) {
+        self.intents_suppressed.add(
+            1,
+            &[
+                KeyValue::new("channel", channel.to_owned()),
+                KeyValue::new("consent", consent.to_owned()),
+            ],
+        );
+    }
+
+    /// Ingest finished with `n` messages (converged, or dead-lettered).
+    pub fn ingest_messages(&self, n: u64) {
+        self.ingest_messages.add(n, &[]);
+    }
+
+    /// Ingest applied `n` seller profile records.
+    pub fn seller_updates(&self, n: u64) {
+        if n > 0 {
+            self.seller_updates.add(n, &[]);
+        }
     }
 
     pub fn duplicate_converged(&self, event_kind: &str, channel: &str) {
@@ -511,13 +585,26 @@ impl Metrics {
         }
     }
 
-    /// Metrics recorded nowhere, for tests of code that records them.
+    /// Metrics served nowhere (only [`Metrics::read`] sees them), for tests of code that
+    /// records them.
     pub fn unexported() -> Self {
-        let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder().build();
-        Self::new(
-            &opentelemetry::metrics::MeterProvider::meter(&provider, "unexported"),
-            "0.0.0",
-        )
+        let registry = prometheus::Registry::new();
+        let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+            .with_reader(crate::prometheus_reader(&registry).expect("a Prometheus reader on a new registry"))
+            .build();
+        Self {
+            _provider: Some(provider.clone()),
+            ..Self::new(
+                &opentelemetry::metrics::MeterProvider::meter(&provider, "unexported"),
+                registry,
+                "0.0.0",
+            )
+        }
+    }
+
+    /// The values as a scrape would read them now (one collection of every instrument).
+    pub fn read(&self) -> Reading {
+        Reading(self.registry.gather())
     }
 
     /// `reason`: `terminal`, `leased` or `not_due`.
@@ -547,6 +634,51 @@ fn kind_channel(event_kind: &str, channel: &str) -> [KeyValue; 2] {
         KeyValue::new("event_kind", event_kind.to_owned()),
         KeyValue::new("channel", channel.to_owned()),
     ]
+}
+
+/// The metrics at one moment, read by their exported names (`herald_attempts_total`, a
+/// histogram without its `_count`). A series never recorded is absent, and reads 0.
+pub struct Reading(Vec<prometheus::proto::MetricFamily>);
+
+impl Reading {
+    fn series<'r>(&'r self, name: &'r str) -> impl Iterator<Item = &'r prometheus::proto::Metric> {
+        self.0
+            .iter()
+            .filter(move |f| f.name() == name)
+            .flat_map(|f| f.get_metric())
+    }
+
+    /// A counter's series summed, those whose `label` has `value` when one is given.
+    pub fn total(&self, name: &str, only: Option<(&str, &str)>) -> u64 {
+        self.series(name)
+            .filter(|m| only.is_none_or(|(l, v)| label(m, l) == Some(v)))
+            .map(|m| m.get_counter().get_value() as u64)
+            .sum()
+    }
+
+    /// A counter's series summed by the values of `label`; zeros left out.
+    pub fn by(&self, name: &str, by: &str) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for m in self.series(name) {
+            let n = m.get_counter().get_value() as u64;
+            if n > 0 {
+                *out.entry(label(m, by).unwrap_or_default().to_owned())
+                    .or_default() += n;
+            }
+        }
+        out
+    }
+
+    /// How many values a histogram observed, over all its series.
+    pub fn observations(&self, name: &str) -> u64 {
+        self.series(name)
+            .map(|m| m.get_histogram().get_sample_count())
+            .sum()
+    }
+}
+
+fn label<'m>(m: &'m prometheus::proto::Metric, name: &str) -> Option<&'m str> {
+    m.get_label().iter().find(|l| l.name() == name).map(|l| l.value())
 }
 
 /// Consumer group, topic and partition: the labels of per-partition gauges.
@@ -855,7 +987,7 @@ mod tests {
         let registry = prometheus::Registry::new();
         let reader = crate::prometheus_reader(&registry).expect("exporter");
         let provider = SdkMeterProvider::builder().with_reader(reader).build();
-        let m = Metrics::new(&provider.meter("test"), "9.9.9");
+        let m = Metrics::new(&provider.meter("test"), registry.clone(), "9.9.9");
         f(&m);
         crate::render(&registry)
     }
@@ -864,6 +996,11 @@ mod tests {
     fn names_and_labels_are_the_documented_ones() {
         let text = scrape(|m| {
             m.intent_created("order.created", "email", "3");
+            m.intent_suppressed("sms", "opted_out");
+            m.ingest_messages(5);
+            m.seller_updates(2);
+            m.init_reconcile(&["Bounce"]);
+            m.suppressions_added("complained", 1);
             m.attempt_finished("sms", "accepted", Duration::from_millis(40));
             m.claim_skipped("leased");
             m.attempt_not_sent("email", "lease_deadline");
@@ -896,6 +1033,12 @@ mod tests {
         });
         for line in [
             r#"herald_intents_created_total{channel="email",event_kind="order.created",template_revision="3"} 1"#,
+            r#"herald_intents_suppressed_total{channel="sms",consent="opted_out"} 1"#,
+            "herald_ingest_messages_total 5",
+            "herald_seller_updates_total 2",
+            r#"herald_suppressions_added_total{reason="complained"} 1"#,
+            r#"herald_suppressions_added_total{reason="bounced"} 0"#,
+            r#"herald_provider_events_total{outcome="duplicate",type="Bounce"} 0"#,
             r#"herald_attempts_total{channel="sms",outcome="accepted"} 1"#,
             r#"herald_attempt_duration_seconds_count{channel="sms",outcome="accepted"} 1"#,
             r#"herald_claims_skipped_total{reason="leased"} 1"#,
@@ -921,6 +1064,31 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_reading_sums_what_the_scrape_serves() {
+        let m = Metrics::unexported();
+        m.attempt_finished("sms", "accepted", Duration::from_millis(40));
+        m.attempt_finished("email", "accepted", Duration::from_millis(40));
+        m.attempt_not_sent("email", "shutdown");
+        m.init_delivery(&["sms"], &["revoked"]);
+        m.ingest_batch(3, Duration::from_millis(2));
+        m.ingest_batch(4, Duration::from_millis(2));
+        let r = m.read();
+        assert_eq!(r.total("herald_attempts_total", None), 3);
+        assert_eq!(r.total("herald_attempts_total", Some(("channel", "email"))), 2);
+        assert_eq!(
+            r.by("herald_attempts_total", "outcome"),
+            BTreeMap::from([("accepted".to_owned(), 2), ("not_sent".to_owned(), 1)])
+        );
+        // Series exported at 0 are left out of a breakdown.
+        assert_eq!(
+            r.by("herald_attempts_not_sent_total", "reason"),
+            BTreeMap::from([("shutdown".to_owned(), 1)])
+        );
+        assert_eq!(r.observations("herald_ingest_batch_size"), 2);
+        assert_eq!(r.total("herald_never_recorded_total", None), 0);
     }
 
     #[test]

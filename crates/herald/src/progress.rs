@@ -1,7 +1,7 @@
 //! A periodic progress line for a role's main counter (messages/s, attempts/s), logged
 //! only when there was traffic: for someone reading the log without a metrics backend.
-//! The exported metrics (`herald_telemetry::Metrics`) count the same events; the counter
-//! read here is the role's own total (`ingest::stats`, `deliver::stats`).
+//! `read` gives the counter's total as the exported metrics have it (`ingest::stats`,
+//! `deliver::stats` read it back from `herald_telemetry::Metrics`).
 
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ pub async fn report_rate(every: Duration, what: &'static str, read: impl Fn() ->
         tokio::time::sleep(every).await;
         let now = read();
         if now != last {
-            let per_s = (now - last) as f64 / at.elapsed().as_secs_f64();
+            let per_s = now.saturating_sub(last) as f64 / at.elapsed().as_secs_f64();
             tracing::info!(what, per_second = per_s.round() as u64, total = now, "progress");
         }
         last = now;

@@ -75,7 +75,7 @@ async fn record_batch(ctx: &DeliveryContext, batch: Vec<FinishedAttempt>) {
                 "missing"
             }
         };
-        ctx.stats.recorded(r.outcome.as_str(), label);
+        ctx.stats.recorded(label);
         ctx.handle.complete(f.taken.work);
     }
 }

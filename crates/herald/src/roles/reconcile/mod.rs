@@ -30,6 +30,7 @@ use crate::retrying::{class_of, run_with_retries, GaveUp, Schedule, Stage};
 use crate::shutdown::Shutdown;
 
 mod sms;
+mod stats;
 
 /// The `source` of rejects kept from the SES event queue.
 const SOURCE: &str = "ses_events";
@@ -38,7 +39,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let rc = &config.reconcile;
     let mut event_types: Vec<&'static str> = SesEventType::ALL.iter().map(|t| t.as_str()).collect();
     event_types.extend(sms::EVENT_TYPES);
-    obs.metrics.init_reconcile(&event_types);
+    stats::of(&obs).init(&event_types);
     let sms = (!rc.sms_status_log_groups.is_empty()).then(|| {
         tokio::spawn(sms::run(
             config.clone(),
@@ -55,6 +56,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         // It stops at the same shutdown; its reads are idempotent, so no need to wait long.
         let _ = tokio::time::timeout(Duration::from_secs(5), sms).await;
     }
+    stats::of(&obs).log_totals();
     Ok(())
 }
 
@@ -90,7 +92,6 @@ async fn read_queue(config: &Config, queue_url: String, store: &Store, shutdown:
         ),
         Err(_) => return,
     }
-    let mut totals = Totals::default();
     loop {
         if shutdown.is_requested() {
             break;
@@ -109,38 +110,11 @@ async fn read_queue(config: &Config, queue_url: String, store: &Store, shutdown:
         if messages.is_empty() {
             continue;
         }
-        match handle(&reader, store, obs, &messages, shutdown).await {
-            Ok(t) => totals.add(t),
-            Err(Stopped) => break,
+        if handle(&reader, store, obs, &messages, shutdown).await.is_err() {
+            break;
         }
     }
-    info!(
-        events = totals.events,
-        duplicates = totals.duplicates,
-        settled = totals.settled,
-        suppressed = totals.suppressed,
-        rejected = totals.rejected,
-        "reconcile stopped reading the event queue"
-    );
-}
-
-#[derive(Default, Clone, Copy)]
-struct Totals {
-    events: u64,
-    duplicates: u64,
-    settled: u64,
-    suppressed: u64,
-    rejected: u64,
-}
-
-impl Totals {
-    fn add(&mut self, t: Totals) {
-        self.events += t.events;
-        self.duplicates += t.duplicates;
-        self.settled += t.settled;
-        self.suppressed += t.suppressed;
-        self.rejected += t.rejected;
-    }
+    info!("reconcile stopped reading the event queue");
 }
 
 /// The retry stage of every store and SQS call of the role.
@@ -161,8 +135,8 @@ async fn handle(
     obs: &Obs,
     messages: &[QueueMessage],
     shutdown: &mut Shutdown,
-) -> Result<Totals, Stopped> {
-    let mut totals = Totals::default();
+) -> Result<(), Stopped> {
+    let stats = stats::of(obs);
     let mut events: Vec<(&QueueMessage, SesEvent)> = Vec::new();
     let mut done: Vec<&QueueMessage> = Vec::new();
     for m in messages {
@@ -176,9 +150,7 @@ async fn handle(
                 done.push(m);
             }
             Err(why) => {
-                if keep_reject(store, obs, m, &why.0, shutdown).await? {
-                    totals.rejected += 1;
-                }
+                keep_reject(store, obs, m, &why.0, shutdown).await?;
                 done.push(m);
             }
         }
@@ -186,17 +158,15 @@ async fn handle(
     if !events.is_empty() {
         let rows: Vec<ProviderEvent> = events.iter().map(|(_, e)| provider_event(e)).collect();
         let inputs: Vec<Input<'_>> = events.iter().map(|(m, _)| queue_input(m)).collect();
-        let (applied, kept) = store_isolating(store, obs, &inputs, &rows, shutdown).await?;
-        totals.rejected += kept;
+        let applied = store_isolating(store, obs, &inputs, &rows, shutdown).await?;
         for (((m, e), row), applied) in events.iter().zip(&rows).zip(applied) {
             done.push(m);
             let Some(applied) = applied else { continue };
-            obs.metrics.provider_message("event");
+            stats.message("event");
             let t = e.event_type.as_str();
             match applied {
                 Applied::Duplicate => {
-                    totals.duplicates += 1;
-                    obs.metrics.provider_event(t, "duplicate");
+                    stats.event(t, "duplicate");
                     debug!(event = t, message_id = %e.message_id, "duplicate provider event: no effect");
                 }
                 Applied::Stored {
@@ -205,23 +175,19 @@ async fn handle(
                     settled,
                     suppressed,
                 } => {
-                    totals.events += 1;
-                    obs.metrics
-                        .provider_event(t, if matched.is_some() { "matched" } else { "unmatched" });
+                    stats.event(t, if matched.is_some() { "matched" } else { "unmatched" });
                     if let Some((intent_id, verdict)) = settled {
-                        totals.settled += 1;
-                        obs.metrics
-                            .unknown_settled(row.channel.as_str(), "evidence", verdict.as_str());
+                        stats.settled_by_evidence(row.channel.as_str(), verdict.as_str());
                         info!(%intent_id, event = t, provider_event_id = id, state = verdict.as_str(),
                               "unknown settled by the provider's event");
                     }
-                    if suppressed > 0 {
-                        totals.suppressed += suppressed;
+                    if let (Some((reason, _)), true) = (&row.suppress, suppressed > 0) {
+                        stats.suppressions_added(*reason, suppressed);
                         info!(
                             event = t,
                             provider_event_id = id,
                             destinations = suppressed,
-                            reason = row.suppress.as_ref().map_or("-", |s| s.0.as_str()),
+                            reason = reason.as_str(),
                             "destination added to the suppression list"
                         );
                     }
@@ -242,7 +208,7 @@ async fn handle(
         }
         Err(e) => warn!(error = %e, "queue delete failed: the messages come back and converge"),
     }
-    Ok(totals)
+    Ok(())
 }
 
 /// Stores events in one transaction, retrying transient failures. `None`: PostgreSQL
@@ -281,43 +247,40 @@ async fn store_events(
 /// Stores `events` (read from `inputs`, in the same order) in one transaction. A batch
 /// PostgreSQL refuses (a permanent class) is narrowed down to the event, which is kept as
 /// a reject with its input and answers `None`: one bad input never blocks the rest, and a
-/// healthy one is never dropped with it. Also returns how many rejects were new.
+/// healthy one is never dropped with it.
 pub(super) async fn store_isolating(
     store: &Store,
     obs: &Obs,
     inputs: &[Input<'_>],
     events: &[ProviderEvent],
     shutdown: &mut Shutdown,
-) -> Result<(Vec<Option<Applied>>, u64), Stopped> {
+) -> Result<Vec<Option<Applied>>, Stopped> {
     if let Some(applied) = store_events(store, obs, events, shutdown).await? {
-        return Ok((applied.into_iter().map(Some).collect(), 0));
+        return Ok(applied.into_iter().map(Some).collect());
     }
     let mut one_by_one = Vec::with_capacity(events.len());
-    let mut kept = 0;
     for (input, event) in inputs.iter().zip(events) {
         match store_events(store, obs, std::slice::from_ref(event), shutdown).await? {
             Some(mut a) => one_by_one.push(a.pop()),
             None => {
                 let why = "PostgreSQL refused the event's data (see the log)";
-                if keep(store, obs, *input, why, "rejected", shutdown).await? {
-                    kept += 1;
-                }
+                keep(store, obs, *input, why, "rejected", shutdown).await?;
                 one_by_one.push(None);
             }
         }
     }
-    Ok((one_by_one, kept))
+    Ok(one_by_one)
 }
 
 /// Keeps a message that is not a provider event, with its reason, so that it can be
-/// deleted. Returns whether it was new (not a redelivery).
+/// deleted.
 async fn keep_reject(
     store: &Store,
     obs: &Obs,
     m: &QueueMessage,
     why: &str,
     shutdown: &mut Shutdown,
-) -> Result<bool, Stopped> {
+) -> Result<(), Stopped> {
     debug!(message_id = %m.message_id, receive_count = m.receive_count, "queue message kept as a reject, then deleted");
     keep(store, obs, queue_input(m), why, "rejected", shutdown).await
 }
@@ -339,7 +302,7 @@ pub(super) struct Input<'a> {
 }
 
 /// Keeps input that is not a provider event with its reason (counted as `result`:
-/// `rejected`, or `ignored` for what is no error). Returns whether it was new.
+/// `rejected`, or `ignored` for what is no error; a redelivery is counted again, as a read).
 pub(super) async fn keep(
     store: &Store,
     obs: &Obs,
@@ -347,7 +310,7 @@ pub(super) async fn keep(
     why: &str,
     result: &'static str,
     shutdown: &mut Shutdown,
-) -> Result<bool, Stopped> {
+) -> Result<(), Stopped> {
     let Input { source, id, body } = input;
     warn!(
         source,
@@ -372,8 +335,11 @@ pub(super) async fn keep(
     )
     .await
     .map_err(|_| Stopped)?;
-    obs.metrics.provider_message(result);
-    Ok(kept)
+    if !kept {
+        debug!(source, id, "kept before (a redelivery): the first row stays");
+    }
+    stats::of(obs).message(result);
+    Ok(())
 }
 
 /// The row to store for an SES event. The addresses of a permanent bounce or a complaint

@@ -140,7 +140,7 @@ async fn store_chunk(
     if !decoded.is_empty() {
         let inputs: Vec<Input<'_>> = decoded.iter().map(|(r, _)| record_input(source, r)).collect();
         let events: Vec<ProviderEvent> = decoded.into_iter().map(|(_, e)| e).collect();
-        let (applied, _) = store_isolating(store, obs, &inputs, &events, shutdown).await?;
+        let applied = store_isolating(store, obs, &inputs, &events, shutdown).await?;
         for (e, a) in events.iter().zip(applied) {
             let t = if e.event_type == "delivered" {
                 "delivered"
@@ -153,7 +153,7 @@ async fn store_chunk(
                 Some(Applied::Stored { matched: Some(_), .. }) => "matched",
                 Some(Applied::Stored { matched: None, .. }) => "unmatched",
             };
-            obs.metrics.provider_event(t, outcome);
+            super::stats::of(obs).event(t, outcome);
         }
     }
     // Committed: the cursor may move past them. A crash before this reads them again.
