@@ -1,6 +1,7 @@
 //! Herald's telemetry: JSON logs, OpenTelemetry traces exported over OTLP when configured,
 //! and one set of metric instruments read both by the Prometheus scrape on the admin port
-//! and (when configured) by an OTLP metrics exporter.
+//! and (when configured) by an OTLP metrics exporter, and read back in the process for
+//! the log lines that report totals (`Metrics::read`).
 //!
 //! [`Telemetry::init`] runs once, before the async runtime starts (the OTLP exporters run
 //! on threads of their own); [`Telemetry::shutdown`] flushes and stops them on exit.

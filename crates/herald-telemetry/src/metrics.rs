@@ -1,6 +1,6 @@
 //! Every metric Herald exports, built once from one meter. Label values come only from
 //! bounded sets: channel, event kind (from the configured routes), template revision,
-//! outcome class, reason, consumer group, topic, partition and version. Never an order,
+//! outcome class, reason, consent decision, consumer group, topic, partition and version. Never an order,
 //! seller, intent, destination or trace id: the series count must not grow with traffic.
 //!
 //! Prometheus names (the exporter adds `_total` to counters and `_seconds` to histograms
@@ -9,7 +9,8 @@
 //!
 //! The metrics are Herald's one count: the log lines that report totals (each role's
 //! progress and final lines) read them back through [`Metrics::read`], the same values
-//! the scrape serves, rather than counting beside them.
+//! the scrape serves, rather than counting beside them. Like the scrape, they are the
+//! process's counts since it started, whichever of its roles counted.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
@@ -128,7 +129,8 @@ impl Metrics {
             ingest_messages: meter
                 .u64_counter("herald_ingest_messages")
                 .with_description(
-                    "Messages ingest finished with: converged into the ledger, or dead-lettered with their reason",
+                    "Messages ingest took from Kafka and finished with: converged into the ledger, or dead-lettered with \
+                     their reason (a message read again after a restart or a rebalance counts again)",
                 )
                 .build(),
             seller_updates: meter
@@ -238,7 +240,10 @@ impl Metrics {
                 .build(),
             ingest_batch_size: meter
                 .u64_histogram("herald_ingest_batch_size")
-                .with_description("Messages per ingest poll batch (one transaction each)")
+                .with_description(
+                    "Messages per committed Kafka ingest transaction (a poll batch, or a part of one being bisected); \
+                     HTTP ingest's are not counted here",
+                )
                 .with_boundaries(BATCH_BOUNDS.to_vec())
                 .build(),
             ingest_commit_duration: meter
@@ -278,9 +283,9 @@ impl Metrics {
             provider_messages: meter
                 .u64_counter("herald_provider_messages")
                 .with_description(
-                    "Messages the reconcile role read from the provider's event queue, by result: event (stored), \
-                     ignored (subscription confirmations, test notifications), rejected (malformed: kept with the \
-                     reason, deleted)",
+                    "Messages the reconcile role read from the provider's event queue (and SMS status records it could \
+                     not take), by result: event (stored), ignored (subscription confirmations, test notifications), \
+                     rejected (malformed: kept with the reason, deleted; one read again is counted again)",
                 )
                 .build(),
             provider_events: meter
@@ -429,9 +434,17 @@ impl Metrics {
 
     /// Ingest applied `n` seller profile records.
     pub fn seller_updates(&self, n: u64) {
-        if n > 0 {
-            self.seller_updates.add(n, &[]);
+        self.seller_updates.add(n, &[]);
+    }
+
+    /// Exports ingest's counters at 0 (held intents by outcome, messages, seller updates),
+    /// so that rates and alerts see them at once.
+    pub fn init_ingest(&self) {
+        for outcome in HOLD_OUTCOMES {
+            self.holds.add(0, &[KeyValue::new("outcome", outcome)]);
         }
+        self.ingest_messages.add(0, &[]);
+        self.seller_updates.add(0, &[]);
     }
 
     pub fn duplicate_converged(&self, event_kind: &str, channel: &str) {
@@ -552,14 +565,6 @@ impl Metrics {
     /// A message alone failed permanently with an error of `class`: dead-lettered.
     pub fn message_isolated(&self, class: &'static str) {
         self.messages_isolated.add(1, &[KeyValue::new("class", class)]);
-    }
-
-    /// Every outcome of held intents at 0, so that rates and alerts see the series before
-    /// its first increment.
-    pub fn init_holds(&self) {
-        for outcome in HOLD_OUTCOMES {
-            self.holds.add(0, &[KeyValue::new("outcome", outcome)]);
-        }
     }
 
     /// Every outcome at 0, so that a rate over them exists before the first request.

@@ -1,7 +1,8 @@
 //! Delivery's counting, in one place: each counted event is one method here, which adds it
 //! to the exported metrics (`herald_telemetry::Metrics`). The periodic and the final log
 //! lines read their totals back from those metrics ([`DeliveryStats::totals`]): one count,
-//! which the log and the scrape both show. Nothing outside this module counts for delivery.
+//! which the log and the scrape both show. Nothing outside this module counts for delivery
+//! but `retrying` (a batch run again), which no log total reads.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -67,6 +68,11 @@ impl DeliveryStats {
         self.metrics.gauges().add_in_flight(-1);
     }
 
+    /// Attempt records so far (the progress line's count).
+    fn records(&self) -> u64 {
+        self.metrics.read().total("herald_attempt_records_total", None)
+    }
+
     /// The totals the log reports, as the metrics count them now.
     pub fn totals(&self) -> DeliveryTotals {
         let r = self.metrics.read();
@@ -92,7 +98,7 @@ impl DeliveryStats {
 
 /// Logs the rate of attempts recorded in the last interval, when there were any.
 pub async fn report_every(stats: Arc<DeliveryStats>, every: Duration) {
-    crate::progress::report_rate(every, "delivery attempts", move || stats.totals().recorded).await
+    crate::progress::report_rate(every, "delivery attempts", move || stats.records()).await
 }
 
 #[cfg(test)]

@@ -66,7 +66,7 @@ pub async fn ingest_batch(
         };
         produce_dead_letters(ctx, &poison, shutdown).await?;
     }
-    ctx.stats.batch_taken(batch.len());
+    ctx.stats.batch_done(batch.len());
     Ok(())
 }
 

@@ -68,7 +68,6 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         stats: stats.clone(),
         obs,
     });
-    ctx.obs.metrics.init_holds();
     let sweeper = config
         .ingest
         .profile_wait()

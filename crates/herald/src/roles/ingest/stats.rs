@@ -1,7 +1,8 @@
 //! Ingest's counting, in one place: each counted event is one method here, which adds it
 //! to the exported metrics (`herald_telemetry::Metrics`). The periodic and the final log
 //! lines read their totals back from those metrics ([`IngestStats::totals`]): one count,
-//! which the log and the scrape both show. Nothing outside this module counts for ingest.
+//! which the log and the scrape both show. Nothing outside this module counts for ingest
+//! but `retrying` (a batch run again), which no log total reads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,13 +31,15 @@ pub struct IngestTotals {
 }
 
 impl IngestStats {
+    /// Ingest's counting; its counters are exported at 0 from here on.
     pub fn new(metrics: Arc<herald_telemetry::Metrics>) -> Self {
+        metrics.init_ingest();
         Self { metrics }
     }
 
     /// Ingest finished with a poll batch of `messages`: each converged in the ledger or
     /// was dead-lettered.
-    pub fn batch_taken(&self, messages: usize) {
+    pub fn batch_done(&self, messages: usize) {
         self.metrics.ingest_messages(messages as u64);
     }
 
@@ -149,7 +152,12 @@ mod tests {
     /// A total read under a name the metrics do not export stays 0 and fails this.
     #[test]
     fn the_log_totals_are_the_metrics() {
-        let stats = IngestStats::new(Arc::new(herald_telemetry::Metrics::unexported()));
+        let metrics = Arc::new(herald_telemetry::Metrics::unexported());
+        let stats = IngestStats::new(metrics.clone());
+        // Series the totals must leave out: another reason to ignore an event, another
+        // source of dead letters.
+        metrics.events_ignored("not_an_order", 5);
+        metrics.dead_lettered("delivery", "malformed");
         stats.batch_committed(6, Duration::from_millis(3), 2, 1);
         stats.batch_committed(1, Duration::from_millis(3), 0, 0);
         for state in [
@@ -162,7 +170,7 @@ mod tests {
         stats.duplicate_converged("order.created", "sms");
         stats.conflict_recorded("order.created", "sms");
         stats.dead_lettered(["malformed", "template_missing"].into_iter());
-        stats.batch_taken(9);
+        stats.batch_done(9);
         assert_eq!(
             stats.totals(),
             IngestTotals {

@@ -114,7 +114,6 @@ async fn read_queue(config: &Config, queue_url: String, store: &Store, shutdown:
             break;
         }
     }
-    info!("reconcile stopped reading the event queue");
 }
 
 /// The retry stage of every store and SQS call of the role.

@@ -1,7 +1,9 @@
 //! Reconcile's counting, in one place: each counted event is one method here, which adds
 //! it to the exported metrics (`herald_telemetry::Metrics`). The line the role logs when it
-//! stops reads its totals back from those metrics ([`ReconcileStats::totals`]). Nothing
-//! outside this module counts for reconcile.
+//! stops reads its totals back from those metrics ([`ReconcileStats::totals`]): the
+//! process's counts, so an `unknown` settled by evidence in the deliver role's silence
+//! sweep of the same process is in `settled` too. Nothing outside this module counts for
+//! reconcile but `retrying` (a call run again), which no log total reads.
 
 use std::sync::Arc;
 
@@ -24,7 +26,8 @@ pub fn of(obs: &Obs) -> ReconcileStats<'_> {
 /// What the log's `reconcile totals` line reports, read from the metrics.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ReconcileTotals {
-    /// Provider events stored, matched to an attempt or not: `herald_provider_events_total`.
+    /// Provider events stored, matched to an attempt or not, SES events and SMS status
+    /// records: `herald_provider_events_total`.
     pub events: u64,
     /// Provider events seen before (no effect).
     pub duplicates: u64,
@@ -32,7 +35,8 @@ pub struct ReconcileTotals {
     pub settled: u64,
     /// Destinations the events put on the suppression list: `herald_suppressions_added_total`.
     pub suppressed: u64,
-    /// Input that was not a provider event, kept with its reason: `herald_provider_messages_total{result="rejected"}`.
+    /// Input that was not a provider event, kept with its reason (one read again counts
+    /// again): `herald_provider_messages_total{result="rejected"}`.
     pub rejected: u64,
 }
 
@@ -101,6 +105,8 @@ mod tests {
         let metrics = Arc::new(herald_telemetry::Metrics::unexported());
         let stats = ReconcileStats { metrics: &metrics };
         stats.init(&["Bounce", "Delivery"]);
+        // Series the totals must leave out: an unknown settled by silence.
+        metrics.unknown_settled("email", "silence", "hold");
         stats.message("event");
         stats.message("rejected");
         stats.message("ignored");
