@@ -33,6 +33,28 @@ pub enum LogFormat {
 }
 
 pub(crate) fn install(log: &LogSettings, tracer: Option<Tracer>) -> Result<(), TelemetryError> {
+    let lines = log_layer(log, std::io::stderr)?;
+    // The filter applies to logs only: spans for export are chosen by the sampler, not by
+    // the log level.
+    let otel = tracer.map(|t| {
+        tracing_opentelemetry::layer()
+            .with_tracer(t)
+            .with_filter(tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO))
+    });
+    // A second initialisation (tests) keeps the first subscriber.
+    let _ = tracing_subscriber::registry().with(lines).with(otel).try_init();
+    Ok(())
+}
+
+/// The log output, to `writer`: the level filter (`RUST_LOG`, else `log.level`), routine
+/// sampling, and in JSON no spans at all (see [`EventsOnly`]).
+fn log_layer<W>(
+    log: &LogSettings,
+    writer: W,
+) -> Result<impl Layer<tracing_subscriber::Registry> + Send + Sync, TelemetryError>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = match std::env::var("RUST_LOG") {
         Ok(v) if !v.is_empty() => EnvFilter::try_new(&v),
         _ => EnvFilter::try_new(&log.level),
@@ -42,30 +64,54 @@ pub(crate) fn install(log: &LogSettings, tracer: Option<Tracer>) -> Result<(), T
         source,
     })?;
     let fmt = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_target(true);
-    let fmt = match log.format {
-        LogFormat::Json => fmt
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_span_list(false)
-            .boxed(),
-        LogFormat::Text => fmt.with_ansi(false).boxed(),
+    let (fmt, spans) = match log.format {
+        LogFormat::Json => (
+            fmt.json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_span_list(false)
+                .boxed(),
+            false,
+        ),
+        LogFormat::Text => (fmt.with_ansi(false).boxed(), true),
     };
-    // The filter applies to logs only: spans for export are chosen by the sampler, not by
-    // the log level.
-    let otel = tracer.map(|t| {
-        tracing_opentelemetry::layer()
-            .with_tracer(t)
-            .with_filter(tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO))
-    });
-    // A second initialisation (tests) keeps the first subscriber.
-    let _ = tracing_subscriber::registry()
-        .with(fmt.with_filter(filter.and(RoutineSampler::new(log.routine_sampling_ratio))))
-        .with(otel)
-        .try_init();
-    Ok(())
+    Ok(fmt.with_filter(
+        filter
+            .and(RoutineSampler::new(log.routine_sampling_ratio))
+            .and(EventsOnly { spans }),
+    ))
+}
+
+/// Keeps spans away from the JSON log output, which writes none of their fields
+/// (`with_current_span(false)`, `with_span_list(false)`): seen by the fmt layer, every span
+/// would still have its fields formatted into JSON when created, and parsed and written
+/// again at every `record`, all of it thrown away: about 3 µs for an attempt's two spans
+/// (BENCHMARKS.md, 2026-12-05 19:00). The spans still reach the OpenTelemetry layer when
+/// traces are exported; without it they cost next to nothing. The text format prints the spans a line is in, so it sees them.
+/// (A span-scoped `RUST_LOG` directive, `herald[attempt]=debug`, needs `log.format = "text"`.)
+struct EventsOnly {
+    spans: bool,
+}
+
+impl<S> Filter<S> for EventsOnly {
+    fn enabled(&self, meta: &tracing::Metadata<'_>, _: &Context<'_, S>) -> bool {
+        self.spans || !meta.is_span()
+    }
+
+    fn callsite_enabled(&self, meta: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        if self.spans || !meta.is_span() {
+            tracing::subscriber::Interest::always()
+        } else {
+            tracing::subscriber::Interest::never()
+        }
+    }
+
+    // No level ruled out: the level filter's maximum stands (see RoutineSampler's).
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
 }
 
 /// Routine lines left out of the log by sampling since the process started (the metric
@@ -269,6 +315,80 @@ mod tests {
             4,
             "every event still reaches the other layers"
         );
+    }
+
+    /// What a log layer wrote, shared with the test.
+    #[derive(Clone, Default)]
+    struct Written(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Written {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Runs `f` under the log layer of `format` (and the stand-in of the OpenTelemetry
+    /// layer), returning what was written and whether `f`'s span was seen by the log layer.
+    fn logged(format: LogFormat, f: impl FnOnce()) -> String {
+        let written = Written::default();
+        let out = written.clone();
+        let log = LogSettings {
+            format,
+            ..LogSettings::default()
+        };
+        let subscriber = tracing_subscriber::registry()
+            .with(log_layer(&log, move || out.clone()).expect("log layer"))
+            .with(Seen::default());
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = written.0.lock().unwrap().clone();
+        String::from_utf8(bytes).expect("utf-8")
+    }
+
+    #[test]
+    fn json_lines_are_written_without_spans_and_text_lines_with_them() {
+        let in_a_span = || {
+            let span = tracing::info_span!(
+                "attempt",
+                herald.intent.id = "i-1",
+                herald.outcome = tracing::field::Empty
+            );
+            span.record("herald.outcome", "accepted");
+            span.in_scope(|| tracing::info!(intent_id = "i-1", outcome = "accepted", "attempt finished"));
+        };
+        let json = logged(LogFormat::Json, in_a_span);
+        let line: serde_json::Value = serde_json::from_str(json.trim()).expect(&json);
+        assert_eq!(line["message"], "attempt finished", "{json}");
+        assert_eq!(line["outcome"], "accepted", "{json}");
+        assert!(
+            !json.contains("herald.intent.id") && !json.contains("span"),
+            "{json}"
+        );
+
+        // Seen by the fmt layer, a span gets its fields formatted (text keeps them, after
+        // the span's name); in JSON the layer never sees it: nothing of it is formatted.
+        let text = logged(LogFormat::Text, in_a_span);
+        assert!(
+            text.contains("attempt{herald.intent.id=\"i-1\" herald.outcome=\"accepted\"}"),
+            "{text}"
+        );
+        let sees_spans = |format| {
+            let log = LogSettings {
+                format,
+                ..LogSettings::default()
+            };
+            let only_the_log =
+                tracing_subscriber::registry().with(log_layer(&log, std::io::sink).expect("log layer"));
+            tracing::subscriber::with_default(only_the_log, || !tracing::info_span!("attempt").is_disabled())
+        };
+        assert!(
+            !sees_spans(LogFormat::Json),
+            "the JSON log layer takes no interest in spans"
+        );
+        assert!(sees_spans(LogFormat::Text));
     }
 
     const PINNED: [bool; 8] = [true, true, false, true, false, false, false, true];
