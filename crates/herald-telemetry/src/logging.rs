@@ -47,8 +47,9 @@ pub(crate) fn install(log: &LogSettings, tracer: Option<Tracer>) -> Result<(), T
 }
 
 /// The log output, to `writer`: the level filter (`RUST_LOG`, else `log.level`), routine
-/// sampling, and in JSON no spans at all (see [`EventsOnly`]).
-fn log_layer<W>(
+/// sampling, and in JSON no spans at all (see [`EventsOnly`]). Public for the span
+/// benchmark (`benches/spans.rs`); the process installs it through [`crate::Telemetry`].
+pub fn log_layer<W>(
     log: &LogSettings,
     writer: W,
 ) -> Result<impl Layer<tracing_subscriber::Registry> + Send + Sync, TelemetryError>
@@ -77,10 +78,11 @@ where
         ),
         LogFormat::Text => (fmt.with_ansi(false).boxed(), true),
     };
+    // EventsOnly first: a span the JSON log ignores goes no further down the chain.
     Ok(fmt.with_filter(
-        filter
-            .and(RoutineSampler::new(log.routine_sampling_ratio))
-            .and(EventsOnly { spans }),
+        EventsOnly { spans }
+            .and(filter)
+            .and(RoutineSampler::new(log.routine_sampling_ratio)),
     ))
 }
 
@@ -88,9 +90,11 @@ where
 /// (`with_current_span(false)`, `with_span_list(false)`): seen by the fmt layer, every span
 /// would still have its fields formatted into JSON when created, and parsed and written
 /// again at every `record`, all of it thrown away: about 3 µs for an attempt's two spans
-/// (BENCHMARKS.md, 2026-12-05 19:00). The spans still reach the OpenTelemetry layer when
-/// traces are exported; without it they cost next to nothing. The text format prints the spans a line is in, so it sees them.
-/// (A span-scoped `RUST_LOG` directive, `herald[attempt]=debug`, needs `log.format = "text"`.)
+/// (`cargo bench -p herald-telemetry --bench spans`; BENCHMARKS.md, 2026-12-05 19:00). The
+/// spans still reach the OpenTelemetry layer when traces are exported; without it they cost
+/// next to nothing. The text format prints the spans a line is in, so it sees them. A
+/// span-scoped directive (`RUST_LOG=info,herald[attempt]=debug`) needs the text format:
+/// the JSON log's filter never sees the span it names.
 struct EventsOnly {
     spans: bool,
 }
@@ -331,21 +335,42 @@ mod tests {
         }
     }
 
-    /// Runs `f` under the log layer of `format` (and the stand-in of the OpenTelemetry
-    /// layer), returning what was written and whether `f`'s span was seen by the log layer.
-    fn logged(format: LogFormat, f: impl FnOnce()) -> String {
+    /// Records the names of the spans it is given.
+    #[derive(Clone, Default)]
+    struct SpanNames(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanNames {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            _: &tracing::span::Id,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            self.0.lock().unwrap().push(attrs.metadata().name().to_owned());
+        }
+    }
+
+    /// Runs `f` under the log layer of `format` and a stand-in of the OpenTelemetry layer
+    /// (filtered at INFO, as `install` does), returning what was written and the names of
+    /// the spans the stand-in saw.
+    fn logged(format: LogFormat, f: impl FnOnce()) -> (String, Vec<String>) {
         let written = Written::default();
         let out = written.clone();
         let log = LogSettings {
             format,
             ..LogSettings::default()
         };
-        let subscriber = tracing_subscriber::registry()
-            .with(log_layer(&log, move || out.clone()).expect("log layer"))
-            .with(Seen::default());
+        let spans = SpanNames::default();
+        let subscriber =
+            tracing_subscriber::registry()
+                .with(log_layer(&log, move || out.clone()).expect("log layer"))
+                .with(spans.clone().with_filter(
+                    tracing_subscriber::filter::Targets::new().with_default(tracing::Level::INFO),
+                ));
         tracing::subscriber::with_default(subscriber, f);
         let bytes = written.0.lock().unwrap().clone();
-        String::from_utf8(bytes).expect("utf-8")
+        let seen = spans.0.lock().unwrap().clone();
+        (String::from_utf8(bytes).expect("utf-8"), seen)
     }
 
     #[test]
@@ -359,7 +384,7 @@ mod tests {
             span.record("herald.outcome", "accepted");
             span.in_scope(|| tracing::info!(intent_id = "i-1", outcome = "accepted", "attempt finished"));
         };
-        let json = logged(LogFormat::Json, in_a_span);
+        let (json, spans) = logged(LogFormat::Json, in_a_span);
         let line: serde_json::Value = serde_json::from_str(json.trim()).expect(&json);
         assert_eq!(line["message"], "attempt finished", "{json}");
         assert_eq!(line["outcome"], "accepted", "{json}");
@@ -367,13 +392,21 @@ mod tests {
             !json.contains("herald.intent.id") && !json.contains("span"),
             "{json}"
         );
+        assert_eq!(spans, ["attempt"], "the span still reaches the other layers");
 
         // Seen by the fmt layer, a span gets its fields formatted (text keeps them, after
         // the span's name); in JSON the layer never sees it: nothing of it is formatted.
-        let text = logged(LogFormat::Text, in_a_span);
+        let (text, _) = logged(LogFormat::Text, in_a_span);
         assert!(
             text.contains("attempt{herald.intent.id=\"i-1\" herald.outcome=\"accepted\"}"),
             "{text}"
+        );
+        // Nor does ignoring spans lift the level the layer asks for (a filter without a
+        // hint would make every debug call site be checked).
+        let json_layer = log_layer(&LogSettings::default(), std::io::sink).expect("log layer");
+        assert_eq!(
+            Layer::<tracing_subscriber::Registry>::max_level_hint(&json_layer),
+            Some(tracing::level_filters::LevelFilter::INFO)
         );
         let sees_spans = |format| {
             let log = LogSettings {

@@ -14,7 +14,9 @@ use crate::LogFormat;
 #[serde(deny_unknown_fields)]
 pub struct LogSettings {
     pub format: LogFormat,
-    /// An `EnvFilter` directive such as `info` or `info,herald=debug`; `RUST_LOG` wins.
+    /// An `EnvFilter` directive such as `info` or `info,herald=debug`; `RUST_LOG` wins. A
+    /// span-scoped one (`herald[attempt]=debug`) needs the text format: the JSON log
+    /// ignores spans.
     pub level: String,
     /// Share of intents whose routine lines (`routine = true`: created to be sent, observed
     /// or suppressed by consent, duplicate converged, first attempt started or accepted)
