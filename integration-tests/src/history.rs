@@ -18,20 +18,24 @@ pub async fn history(env: &TestEnv, notifications: i64) -> Result<()> {
                     'seller-' || (g % 1000) || '@seller.example', 'en', 'granted', 'order_created', '1',
                     'New order h' || g, repeat('You have a new order. ', 12), repeat('<p>You have a new order.</p>', 12)
                FROM generate_series(1, {n}) g;
-             INSERT INTO notification_intents (id, marketplace_id, order_id, event_kind, channel, idempotency_key,
-                    request_fingerprint, seller_id, template, template_revision, payload_digest, consent, state,
-                    attempt_count, event_id, occurred_at, source_topic, source_partition, source_offset)
-             SELECT gen_random_uuid(), 'history', 'h' || (g / 2), 'order.created',
-                    CASE WHEN g % 2 = 0 THEN 'email' ELSE 'sms' END, encode(sha256(('k' || g)::bytea), 'hex'),
-                    encode(sha256(('f' || (g / 2))::bytea), 'hex'), 'seller-' || (g % 1000), 'order_created', '1',
-                    'history-' || g, 'granted', 'accepted', 1, 'evt-h' || (g / 2),
-                    now() - interval '1 hour', 'history', 0, g
-               FROM generate_series(1, {n}) g;
+             WITH frozen AS (
+                 INSERT INTO intent_contents (id, marketplace_id, order_id, event_kind, channel, idempotency_key,
+                        request_fingerprint, seller_id, template, template_revision, payload_digest, consent,
+                        event_id, occurred_at, source_topic, source_partition, source_offset)
+                 SELECT gen_random_uuid(), 'history', 'h' || (g / 2), 'order.created',
+                        CASE WHEN g % 2 = 0 THEN 'email' ELSE 'sms' END, encode(sha256(('k' || g)::bytea), 'hex'),
+                        encode(sha256(('f' || (g / 2))::bytea), 'hex'), 'seller-' || (g % 1000), 'order_created', '1',
+                        'history-' || g, 'granted', 'evt-h' || (g / 2),
+                        now() - interval '1 hour', 'history', 0, g
+                   FROM generate_series(1, {n}) g
+                 RETURNING id
+             )
+             INSERT INTO intent_states (intent_id, state, attempt_count) SELECT id, 'accepted', 1 FROM frozen;
              INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, worker, started_at,
                                                 finished_at, provider_message_id)
              SELECT gen_random_uuid(), id, 1, 'accepted', 'history', date_trunc('month', now()) + interval '1 second',
                     date_trunc('month', now()) + interval '2 seconds', gen_random_uuid()::text
-               FROM notification_intents WHERE source_topic = 'history';",
+               FROM intent_contents WHERE source_topic = 'history';",
             n = notifications
         ))
         .await?;

@@ -134,6 +134,118 @@ async fn expire(env: &TestEnv, store: &Store, p: &ChannelPolicies, id: Uuid) -> 
     .await
 }
 
+/// The constraint `sql` breaks, if PostgreSQL refuses it as a check violation (the deferred
+/// checks run at the statement's implicit commit).
+async fn refused_by(env: &TestEnv, sql: &str) -> Result<String> {
+    match env.db.batch_execute(sql).await {
+        Ok(()) => bail!("the database took {sql:?}"),
+        Err(e) => match e.as_db_error() {
+            Some(db) if db.code() == &tokio_postgres::error::SqlState::CHECK_VIOLATION => {
+                Ok(db.constraint().unwrap_or_default().to_owned())
+            }
+            _ => bail!("{sql}: expected a check violation, got {e:?}"),
+        },
+    }
+}
+
+/// SQL: a copy of intent `id` for order `order`, with `consent` and `state`, inserted
+/// through the `notification_intents` view.
+fn copy_through_view(id: Uuid, order: &str, consent: &str, state: &str) -> String {
+    format!(
+        "INSERT INTO notification_intents (id, marketplace_id, order_id, event_kind, channel, idempotency_key,
+                request_fingerprint, seller_id, template, template_revision, payload_digest, consent, state,
+                event_id, occurred_at, source_topic, source_partition, source_offset)
+         SELECT gen_random_uuid(), marketplace_id, '{order}', event_kind, channel, idempotency_key,
+                request_fingerprint, seller_id, template, template_revision, payload_digest, '{consent}', '{state}',
+                event_id, occurred_at, source_topic, source_partition, source_offset
+           FROM notification_intents WHERE id = '{id}'"
+    )
+}
+
+/// The intent is two rows since V13, its frozen contents and its state: the invariants
+/// that tied them as one row's CHECKs hold across the two tables, and the frozen contents
+/// never change. Each write below would break one; the database refuses each, and writes
+/// through the `notification_intents` view that keep them pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_intent_keeps_its_invariants_across_its_two_tables() -> Result<()> {
+    let (env, _store) = intents("fencing_schema", &["20"]).await?;
+    let id = intent_id(&env, "20", "email").await?;
+    let other = intent_id(&env, "20", "sms").await?;
+    let cases = [
+        (
+            format!("UPDATE intent_states SET state = 'suppressed' WHERE intent_id = '{id}'"),
+            "notification_intents_suppressed_iff_no_consent",
+        ),
+        (
+            format!("UPDATE notification_intents SET state = 'awaiting_profile' WHERE id = '{id}'"),
+            "notification_intents_frozen_unless_held",
+        ),
+        (
+            format!("UPDATE intent_contents SET consent = 'opted_out' WHERE id = '{id}'"),
+            "intent_contents_frozen",
+        ),
+        (
+            format!("UPDATE intent_contents SET order_id = '21' WHERE id = '{id}'"),
+            "intent_contents_frozen",
+        ),
+        (
+            format!("DELETE FROM intent_states WHERE intent_id = '{id}'"),
+            "notification_intents_both_rows",
+        ),
+        (
+            format!(
+                "INSERT INTO intent_contents (id, marketplace_id, order_id, event_kind, channel, idempotency_key,
+                        request_fingerprint, seller_id, template, template_revision, payload_digest, consent,
+                        event_id, occurred_at, source_topic, source_partition, source_offset)
+                 SELECT gen_random_uuid(), marketplace_id, '22', event_kind, channel, idempotency_key,
+                        request_fingerprint, seller_id, template, template_revision, payload_digest, consent,
+                        event_id, occurred_at, source_topic, source_partition, source_offset
+                   FROM intent_contents WHERE id = '{id}'"
+            ),
+            "notification_intents_both_rows",
+        ),
+        (
+            copy_through_view(id, "23", "opted_out", "pending"),
+            "notification_intents_suppressed_iff_no_consent",
+        ),
+    ];
+    for (sql, constraint) in &cases {
+        assert_eq!(refused_by(&env, sql).await?, *constraint, "{sql}");
+    }
+    assert_eq!(intent_row(&env, id).await?.0, "pending", "nothing was written");
+
+    // What keeps them passes, through the view too: a delivering intent's moves, an
+    // operator's correction of the state, a new intent with both rows.
+    env.db
+        .batch_execute(&format!(
+            "UPDATE intent_states SET state = 'sending' WHERE intent_id = '{id}';
+             UPDATE notification_intents SET state = 'accepted', attempt_count = 1 WHERE id = '{id}';
+             {}",
+            copy_through_view(other, "24", "opted_out", "suppressed")
+        ))
+        .await?;
+    assert_eq!(intent_row(&env, id).await?.0, "accepted");
+    let suppressed: i64 = env
+        .db
+        .query_one(
+            "SELECT count(*) FROM notification_intents WHERE order_id = '24' AND state = 'suppressed'",
+            &[],
+        )
+        .await?
+        .get(0);
+    assert_eq!(suppressed, 1);
+    env.db
+        .batch_execute("DELETE FROM notification_intents WHERE order_id = '24'")
+        .await?;
+    let states: i64 = env
+        .db
+        .query_one("SELECT count(*) FROM intent_states", &[])
+        .await?
+        .get(0);
+    assert_eq!(states, 2, "the deleted intent's state row went with it");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_outcome_is_stored_beside_the_unknown_and_settles_only_what_no_newer_attempt_claimed(
 ) -> Result<()> {

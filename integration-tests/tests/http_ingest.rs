@@ -327,7 +327,7 @@ async fn refusals_store_nothing_and_name_their_reason() -> Result<()> {
     // know of): what Kafka would dead-letter as store_rejected.
     env.db
         .batch_execute(
-            "ALTER TABLE notification_intents ADD CONSTRAINT it_refused_order
+            "ALTER TABLE intent_contents ADD CONSTRAINT it_refused_order
                  CHECK (order_id <> 'refused-by-the-database')",
         )
         .await?;

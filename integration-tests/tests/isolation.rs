@@ -25,7 +25,7 @@ async fn rows_the_database_refuses_are_isolated_and_the_rest_of_the_batch_commit
 
     env.db
         .batch_execute(
-            "ALTER TABLE notification_intents ADD CONSTRAINT it_refused_order
+            "ALTER TABLE intent_contents ADD CONSTRAINT it_refused_order
                  CHECK (order_id <> 'refused-by-the-database');
              ALTER TABLE sellers ADD CONSTRAINT it_refused_email
                  CHECK (email IS NULL OR email NOT LIKE '%@refused.example')",

@@ -125,10 +125,10 @@ async fn hot_statements_use_their_indexes() -> Result<()> {
     // them before the plans are taken. Claims by id once scanned every live intent here.
     env.db
         .batch_execute(
-            "ALTER TABLE notification_intents SET (autovacuum_enabled = false);
-             UPDATE notification_intents SET state = 'accepted';
-             ANALYZE notification_intents;
-             UPDATE notification_intents SET state = 'pending';",
+            "ALTER TABLE intent_states SET (autovacuum_enabled = false);
+             UPDATE intent_states SET state = 'accepted';
+             ANALYZE intent_states;
+             UPDATE intent_states SET state = 'pending';",
         )
         .await?;
     check_plans(

@@ -103,15 +103,17 @@ async fn the_runtime_role_writes_rows_but_cannot_change_the_schema() -> Result<(
         .await?;
     for ddl in [
         "CREATE TABLE herald_intruder (x int)",
-        "ALTER TABLE notification_intents ADD COLUMN intruder int",
+        "ALTER TABLE intent_contents ADD COLUMN intruder int",
         "DROP TABLE outbox",
         "TRUNCATE notification_attempts",
-        "CREATE INDEX intruder_idx ON notification_intents (order_id)",
+        "CREATE INDEX intruder_idx ON intent_contents (order_id)",
         "DROP TRIGGER outbox_notify_after_insert ON outbox",
         "INSERT INTO herald_schema_history (version, name, applied_on, checksum) VALUES (999, 'x', 'now', '0')",
         // Table by table, only what herald run does: the ledger is never deleted from by
         // the runtime role (retention runs as the owner), templates are only read.
         "DELETE FROM notification_intents",
+        "DELETE FROM intent_contents",
+        "DELETE FROM intent_states",
         "DELETE FROM notification_payloads",
         "DELETE FROM notification_attempts",
         "DELETE FROM intent_conflicts",

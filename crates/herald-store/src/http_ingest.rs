@@ -156,11 +156,11 @@ impl IngestTx<'_> {
 
     /// The current state of each of `ids`.
     pub async fn intent_states(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, IntentState>> {
-        // notification_intents_pkey
+        // intent_states_pkey
         let rows = self
             .tx
             .query(
-                "SELECT id, state FROM notification_intents WHERE id = ANY($1)",
+                "SELECT intent_id, state FROM intent_states WHERE intent_id = ANY($1)",
                 &[&ids],
             )
             .await?;

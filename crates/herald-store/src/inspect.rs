@@ -268,8 +268,8 @@ impl Store {
                 "SELECT (SELECT count(*) FROM outbox WHERE available_at <= now()),
                         (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(available_at)), 0)::float8
                            FROM outbox WHERE available_at <= now()),
-                        (SELECT count(*) FROM notification_intents WHERE state = 'unknown'),
-                        (SELECT count(*) FROM notification_intents
+                        (SELECT count(*) FROM intent_states WHERE state = 'unknown'),
+                        (SELECT count(*) FROM intent_states
                           WHERE state = 'unknown' AND next_attempt_at IS NOT NULL),
                         (SELECT count(*) FROM suppressions WHERE lifted_at IS NULL)",
                 &[],

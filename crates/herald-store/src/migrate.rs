@@ -75,6 +75,10 @@ impl Store {
 /// deletes and foreign-key checks run as the owner. No DELETE on the ledger (intents,
 /// payloads, attempts, conflicts, resolutions, provider evidence), no write to templates.
 pub const RUNTIME_PRIVILEGES: &[(&str, &str)] = &[
+    // The intent: its frozen contents (UPDATE: a held intent's decision, and FOR UPDATE),
+    // its state, and the view joining them (written through by operators only).
+    ("intent_contents", "SELECT, INSERT, UPDATE"),
+    ("intent_states", "SELECT, INSERT, UPDATE"),
     ("notification_intents", "SELECT, INSERT, UPDATE"),
     ("notification_payloads", "SELECT, INSERT, UPDATE"),
     ("notification_attempts", "SELECT, INSERT, UPDATE"),
@@ -116,11 +120,11 @@ async fn grant_runtime(client: &mut tokio_postgres::Client, role: &str) -> Resul
              the runtime role must be another"
         )));
     }
-    // Every table and partition of the schema, with whether it is a partition.
+    // Every table, partition and view of the schema, with whether it is a partition.
     let tables: Vec<(String, bool)> = client
         .query(
             "SELECT c.relname, c.relispartition FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v')
               ORDER BY 1",
             &[],
         )

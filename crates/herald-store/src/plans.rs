@@ -1,6 +1,6 @@
 //! The hot statements and the index each must use, for `EXPLAIN` checks: a test runs them
 //! against a populated database and fails when a plan stops using its index (a plan
-//! regression as `notification_intents` grows). The SQL is the very text the store runs.
+//! regression as the intents grow). The SQL is the very text the store runs.
 
 use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
@@ -75,7 +75,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     HotStatement {
         name: "delivery: claim intents by id",
         sql: crate::delivery::CLAIM,
-        indexes: &["notification_intents_pkey"],
+        indexes: &["intent_states_pkey"],
         prepared: true,
         // The largest batch: the more ids, the nearer a scan of the candidates looks.
         params: || {
@@ -128,7 +128,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     HotStatement {
         name: "holds: release held intents by id",
         sql: crate::ingest::holds::RELEASE,
-        indexes: &["notification_intents_pkey"],
+        indexes: &["intent_states_pkey"],
         prepared: false,
         params: || {
             let many = || vec!["k-1".to_owned(); DB_BATCH_MAX];
@@ -167,7 +167,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     HotStatement {
         name: "evidence: settle an unknown intent by its provider's event",
         sql: crate::reconcile::SETTLE,
-        indexes: &["notification_intents_pkey"],
+        indexes: &["intent_states_pkey"],
         prepared: true,
         params: || {
             vec![
@@ -183,7 +183,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
     HotStatement {
         name: "evidence: the policy's decision after silence",
         sql: crate::reconcile::SILENCE_DECIDED,
-        indexes: &["notification_intents_pkey"],
+        indexes: &["intent_states_pkey"],
         prepared: true,
         params: || {
             vec![
@@ -379,14 +379,14 @@ mod tests {
             .iter()
             .find(|s| s.name.starts_with("delivery: claim"))
             .unwrap();
-        let both = "  ->  Index Scan using notification_intents_state_idx on notification_intents i\n  ->  Index Scan using notification_intents_pkey on notification_intents i";
+        let both = "  ->  Index Scan using notification_intents_state_idx on intent_states s\n  ->  Index Scan using intent_states_pkey on intent_states s";
         assert!(claim.check(both).unwrap().contains("every live intent"));
         let leases = HOT_STATEMENTS
             .iter()
             .find(|s| s.name.starts_with("delivery: expired leases"))
             .unwrap();
         assert_eq!(
-            leases.check("Index Scan using notification_intents_state_idx on notification_intents"),
+            leases.check("Index Scan using notification_intents_state_idx on intent_states"),
             None
         );
     }

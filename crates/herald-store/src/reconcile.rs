@@ -466,7 +466,7 @@ const INSERT_EVENT: &str = "INSERT INTO provider_events
      ON CONFLICT (event_key) DO NOTHING
      RETURNING id";
 
-/// Moves the intent (notification_intents_pkey, locked) only while it is `unknown`, no
+/// Moves the intent (intent_states_pkey, locked) only while it is `unknown`, no
 /// worker holds it, and the event speaks for it (`accepted` from any attempt, `rejected`
 /// from the newest: checked on the locked row, so a newer attempt claimed meanwhile is
 /// seen); records the resolution naming the event and marks the event, in one statement.
@@ -476,9 +476,9 @@ const INSERT_EVENT: &str = "INSERT INTO provider_events
 /// decision: the last resolution must be the silence sweep's, about this attempt.
 pub(crate) const SETTLE: &str = concat!(
     "WITH moved AS (
-        UPDATE notification_intents i
+        UPDATE intent_states i
            SET state = $2, next_attempt_at = NULL, updated_at = now()
-         WHERE i.id = $1 AND i.lease_attempt_id IS NULL
+         WHERE i.intent_id = $1 AND i.lease_attempt_id IS NULL
            AND ((",
     state_is_one_of!("i", "unknown"),
     " AND ($2 = 'accepted' OR i.attempt_count = $6))
@@ -486,8 +486,8 @@ pub(crate) const SETTLE: &str = concat!(
     state_is_one_of!("i", "retry_scheduled"),
     " AND $2 = 'accepted' AND i.attempt_count = $6
                     AND (SELECT r.settled_by = 'silence' AND r.attempt_id = $3
-                           FROM intent_resolutions r WHERE r.intent_id = i.id ORDER BY r.id DESC LIMIT 1)))
-        RETURNING i.id
+                           FROM intent_resolutions r WHERE r.intent_id = i.intent_id ORDER BY r.id DESC LIMIT 1)))
+        RETURNING i.intent_id AS id
      ), resolved AS (
         INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator, settled_by, attempt_id, provider_event_id)
         SELECT id, $2, 'the provider''s event settled the unknown attempt', $5, 'evidence', $3, $4 FROM moved
@@ -501,12 +501,12 @@ pub(crate) const SETTLE: &str = concat!(
 /// whose window has passed or that have evidence stored (provider_events_intent_idx), with
 /// the attempts that count against max_attempts, the newest attempt, how long it waited and
 /// whether the window has passed. Intents another transaction holds are skipped.
-const SILENT_DUE: &str = "SELECT i.id, i.channel, i.attempt_count - i.unsent_attempts, i.attempt_count,
+const SILENT_DUE: &str = "SELECT i.intent_id, c.channel, i.attempt_count - i.unsent_attempts, i.attempt_count,
             extract(epoch FROM now() - i.updated_at)::float8, i.next_attempt_at <= now()
-       FROM notification_intents i
+       FROM intent_states i JOIN intent_contents c ON c.id = i.intent_id
       WHERE i.state = 'unknown' AND i.next_attempt_at IS NOT NULL AND i.lease_attempt_id IS NULL
         AND (i.next_attempt_at <= now()
-             OR EXISTS (SELECT 1 FROM provider_events e WHERE e.intent_id = i.id AND e.verdict IS NOT NULL))
+             OR EXISTS (SELECT 1 FROM provider_events e WHERE e.intent_id = i.intent_id AND e.verdict IS NOT NULL))
       ORDER BY i.next_attempt_at
       LIMIT $1
       FOR UPDATE OF i SKIP LOCKED";
@@ -524,15 +524,15 @@ const STORED_VERDICT: &str = "SELECT e.id, e.attempt_id, e.verdict, a.attempt_no
 /// the resolution. A retry gets its outbox row.
 pub(crate) const SILENCE_DECIDED: &str = concat!(
     "WITH moved AS (
-        UPDATE notification_intents i
+        UPDATE intent_states i
            SET state = CASE WHEN $2::float8 IS NULL THEN 'unknown' ELSE 'retry_scheduled' END,
                next_attempt_at = CASE WHEN $2::float8 IS NULL THEN NULL
                                       ELSE now() + make_interval(secs => $2::float8) END,
                updated_at = now()
-         WHERE i.id = $1 AND ",
+         WHERE i.intent_id = $1 AND ",
     state_is_one_of!("i", "unknown"),
     "
-        RETURNING i.id, i.trace_context
+        RETURNING i.intent_id AS id
      ), resolved AS (
         INSERT INTO intent_resolutions (intent_id, resolved_as, reason, operator, settled_by, attempt_id)
         SELECT m.id, $3, $4, $5, 'silence',
@@ -540,7 +540,8 @@ pub(crate) const SILENCE_DECIDED: &str = concat!(
           FROM moved m
      )
      INSERT INTO outbox (intent_id, available_at, trace_context)
-     SELECT id, now() + make_interval(secs => $2::float8), trace_context FROM moved WHERE $2::float8 IS NOT NULL"
+     SELECT m.id, now() + make_interval(secs => $2::float8), c.trace_context
+       FROM moved m JOIN intent_contents c ON c.id = m.id WHERE $2::float8 IS NOT NULL"
 );
 
 /// suppressions_live: a destination already suppressed keeps its first entry.

@@ -12,7 +12,7 @@ use crate::{Connection, Result, Store};
 /// Due outbox rows, oldest first, skipping rows another relay holds
 /// (outbox_available_at_idx), with their intent's channel (notification_intents_pkey).
 pub(crate) const CLAIM_DUE: &str = "SELECT o.id, o.intent_id, o.trace_context, i.channel
-     FROM outbox o JOIN notification_intents i ON i.id = o.intent_id
+     FROM outbox o JOIN intent_contents i ON i.id = o.intent_id
      WHERE o.available_at <= now()
      ORDER BY o.available_at, o.id
      LIMIT $1

@@ -140,7 +140,7 @@ pub const INTENT_CANDIDATES: &str = "SELECT id, payload_digest FROM notification
 // notification_payloads_pkey, then notification_intents_payload_digest_idx (hash).
 pub const DELETE_UNREFERENCED_PAYLOADS: &str = "DELETE FROM notification_payloads p
       WHERE p.digest = ANY($1)
-        AND NOT EXISTS (SELECT 1 FROM notification_intents i WHERE i.payload_digest = p.digest)
+        AND NOT EXISTS (SELECT 1 FROM intent_contents i WHERE i.payload_digest = p.digest)
         AND NOT EXISTS (SELECT 1 FROM intent_holds h WHERE h.fallback_digest = p.digest)";
 
 impl RetentionSession {
@@ -300,7 +300,13 @@ impl RetentionSession {
         digests.sort_unstable();
         digests.dedup();
         removed.intents = tx
-            .execute("DELETE FROM notification_intents WHERE id = ANY($1)", &[&ids])
+            // Its state row goes with it, in the same statement (migrations/V13 checks at
+            // its end that no intent is left without one).
+            .execute(
+                "WITH state AS (DELETE FROM intent_states WHERE intent_id = ANY($1))
+                 DELETE FROM intent_contents WHERE id = ANY($1)",
+                &[&ids],
+            )
             .await?;
         // Lock the payloads first (in digest order, as ingest does), then look for
         // references with a snapshot taken after the locks: an ingest reusing one of them

@@ -65,20 +65,24 @@ const COLUMN_TYPES: [Type; 25] = [
 
 /// The first occurrence of each key becomes the intent; a sendable one gets its outbox
 /// row, and its payload is stored once per digest.
-const CONVERGE: &str = "WITH created AS (
-        INSERT INTO notification_intents
+const CONVERGE: &str = "WITH frozen AS (
+        INSERT INTO intent_contents
             (id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
-             seller_id, template, template_revision, payload_digest, consent, state, next_attempt_at,
+             seller_id, template, template_revision, payload_digest, consent,
              trace_context, event_id, occurred_at, source_topic, source_partition, source_offset)
         SELECT DISTINCT ON (idempotency_key)
                id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
                seller_id, template, template_revision, payload_digest, consent,
-               CASE WHEN consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
-               CASE WHEN consent = 'granted' THEN now() END,
                trace_context, event_id, occurred_at, source_topic, source_partition, source_offset
         FROM floor_staging ORDER BY idempotency_key, ord
         ON CONFLICT DO NOTHING
-        RETURNING id, state, trace_context
+        RETURNING id, consent, trace_context
+    ), created AS (
+        INSERT INTO intent_states (intent_id, state, next_attempt_at)
+        SELECT id, CASE WHEN consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
+               CASE WHEN consent = 'granted' THEN now() END
+        FROM frozen
+        RETURNING intent_id AS id, state
     ), stored AS (
         INSERT INTO notification_payloads
             (digest, channel, destination, locale, consent, template, template_revision, subject, body_text, body_html)
@@ -89,7 +93,7 @@ const CONVERGE: &str = "WITH created AS (
         ON CONFLICT ON CONSTRAINT notification_payloads_pkey DO NOTHING
     ), queued AS (
         INSERT INTO outbox (intent_id, trace_context)
-        SELECT id, trace_context FROM created WHERE state = 'pending'
+        SELECT id, trace_context FROM frozen WHERE consent = 'granted'
     )
     SELECT count(*) FROM created";
 
@@ -100,7 +104,7 @@ const CONFLICTS: &str = "INSERT INTO intent_conflicts
          source_topic, source_partition, source_offset)
     SELECT i.id, i.request_fingerprint, s.request_fingerprint, s.event_id, s.event,
            s.source_topic, s.source_partition, s.source_offset
-    FROM floor_staging s JOIN notification_intents i
+    FROM floor_staging s JOIN intent_contents i
       ON i.marketplace_id = s.marketplace_id AND i.order_id = s.order_id
      AND i.event_kind = s.event_kind AND i.channel = s.channel
     WHERE i.request_fingerprint <> s.request_fingerprint

@@ -26,9 +26,11 @@ use super::ingest::{self, Workload};
 use integration_tests::kafka::committed_lag;
 use integration_tests::{herald_bin, wait_for, workspace_root, EnvOptions, TestEnv};
 
-/// The tables Herald writes per intent, by what one row of each is.
-pub const TABLES: [(&str, &str); 4] = [
-    ("intent", "notification_intents"),
+/// The tables Herald writes per intent, by what one row of each is. An intent is two rows
+/// since V13: its frozen contents and its state.
+pub const TABLES: [(&str, &str); 5] = [
+    ("intent", "intent_contents"),
+    ("intent state", "intent_states"),
     ("payload", "notification_payloads"),
     ("attempt", "notification_attempts"),
     ("conflict", "intent_conflicts"),
@@ -515,7 +517,7 @@ impl Report {
         let t = |name: &str| sizes[name];
         let payloads = t("notification_payloads");
         Projection {
-            intent: t("notification_intents").per_row(),
+            intent: t("intent_contents").per_row() + t("intent_states").per_row(),
             payloads_per_intent: payloads.rows as f64 / self.intents(),
             payload: email_payload_row(&payloads, channels),
             attempts_per_intent: ATTEMPTS_PER_INTENT,

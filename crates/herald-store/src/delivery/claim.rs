@@ -265,48 +265,48 @@ fn claimed_from_row(r: &Row, reclaimed: bool) -> Result<Claimed> {
     })
 }
 
-/// Why requested intents were not claimed (notification_intents_pkey).
+/// Why requested intents were not claimed (intent_states_pkey).
 const SKIP_REASONS: &str =
-    "SELECT id, state, next_attempt_at > now() FROM notification_intents WHERE id = ANY($1::uuid[])";
+    "SELECT intent_id, state, next_attempt_at > now() FROM intent_states WHERE intent_id = ANY($1::uuid[])";
 
 /// The attempt holding the lease of requested intents in `sending`, locked
-/// (notification_intents_pkey).
-const HELD: &str = "SELECT id, lease_attempt_id FROM notification_intents
-                     WHERE id = ANY($1::uuid[]) AND state = 'sending' FOR UPDATE";
+/// (intent_states_pkey).
+const HELD: &str = "SELECT intent_id, lease_attempt_id FROM intent_states
+                     WHERE intent_id = ANY($1::uuid[]) AND state = 'sending' FOR UPDATE";
 
-/// The claim statement, with `$guard` added to the conditions an intent must meet.
+/// The claim statement, with `$guard` added to the conditions an intent must meet. Only
+/// the intent's state row changes (migrations/V13); its frozen contents are read.
 macro_rules! claim_statement {
     ($guard:literal) => {
         concat!("WITH req AS (
                     SELECT * FROM unnest($1::uuid[], $2::uuid[]) AS r(intent_id, attempt_id)
                  ), claimed AS (
-                    UPDATE notification_intents i
+                    UPDATE intent_states s
                        SET state = 'sending', lease_owner = $3, lease_attempt_id = req.attempt_id,
                            lease_until = now() + make_interval(secs => $4::float8),
-                           attempt_count = i.attempt_count + 1, updated_at = now()
+                           attempt_count = s.attempt_count + 1, updated_at = now()
                       FROM req
-                     WHERE i.id = req.intent_id
-                       AND ", state_is_one_of!("i", "pending", "retry_scheduled"), "
-                       AND (i.next_attempt_at IS NULL OR i.next_attempt_at <= now())", $guard, "
-                    RETURNING i.id, req.attempt_id, i.attempt_count, i.unsent_attempts, i.channel,
-                              i.marketplace_id, i.payload_digest, i.trace_context, i.template_revision,
-                              i.had_unknown
+                     WHERE s.intent_id = req.intent_id
+                       AND ", state_is_one_of!("s", "pending", "retry_scheduled"), "
+                       AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= now())", $guard, "
+                    RETURNING s.intent_id AS id, req.attempt_id, s.attempt_count, s.unsent_attempts, s.had_unknown
                  ), attempts AS (
                     INSERT INTO notification_attempts (id, intent_id, attempt_no, outcome, after_unknown, worker)
                     SELECT attempt_id, id, attempt_count, 'started', had_unknown, $3 FROM claimed
                     RETURNING id, started_at
                  )
-                 SELECT c.id, c.attempt_id, c.attempt_count, c.unsent_attempts, c.channel, c.marketplace_id,
-                        c.trace_context, c.had_unknown, a.started_at, p.destination, p.subject, p.body_text,
-                        p.body_html, c.template_revision
+                 SELECT c.id, c.attempt_id, c.attempt_count, c.unsent_attempts, i.channel, i.marketplace_id,
+                        i.trace_context, c.had_unknown, a.started_at, p.destination, p.subject, p.body_text,
+                        p.body_html, i.template_revision
                  FROM claimed c
                  JOIN attempts a ON a.id = c.attempt_id
-                 JOIN notification_payloads p ON p.digest = c.payload_digest")
+                 JOIN intent_contents i ON i.id = c.id
+                 JOIN notification_payloads p ON p.digest = i.payload_digest")
     };
 }
 
 /// Claims due intents by id: lease, fencing token, attempt row `started`, the frozen
-/// payload (notification_intents_pkey).
+/// payload (intent_states_pkey, then notification_intents_pkey for the contents).
 pub(crate) const CLAIM: &str = claim_statement!("");
 
 /// [`CLAIM`] for a retry: not under an attempt id an earlier try already used
@@ -314,7 +314,7 @@ pub(crate) const CLAIM: &str = claim_statement!("");
 const CLAIM_AGAIN: &str = claim_statement!(
     "
                        AND NOT EXISTS (SELECT 1 FROM notification_attempts a
-                                        WHERE a.intent_id = i.id AND a.id = req.attempt_id)"
+                                        WHERE a.intent_id = s.intent_id AND a.id = req.attempt_id)"
 );
 
 /// Claims this request had already made (notification_intents_pkey;

@@ -112,7 +112,8 @@ impl Store {
 }
 
 /// Finished attempts (notification_attempts_pkey (id, started_at): one partition each) and
-/// their intents' next states (notification_intents_pkey), with outbox rows for retries.
+/// their intents' next states (intent_states_pkey: only the state row changes), with outbox
+/// rows for retries (their trace context from the contents, notification_intents_pkey).
 ///
 /// Only an attempt the sweeper recorded `unknown` (`lease_expired`) takes a late outcome:
 /// a worker's own `unknown` retried after a lost reply is already recorded.
@@ -135,8 +136,8 @@ pub(crate) const RECORD: &str = "WITH input AS (
             AS r(attempt_id, started_at, outcome, provider_message_id, error_category, error_detail,
                  intent_id, next_state, delay_secs)
      ), r AS (
-        SELECT input.* FROM input JOIN notification_intents i ON i.id = input.intent_id
-         ORDER BY i.id FOR UPDATE OF i
+        SELECT input.* FROM input JOIN intent_states i ON i.intent_id = input.intent_id
+         ORDER BY i.intent_id FOR UPDATE OF i
      ), recorded AS (
         UPDATE notification_attempts a
            SET outcome = CASE WHEN a.outcome = 'started' THEN r.outcome ELSE a.outcome END,
@@ -156,7 +157,7 @@ pub(crate) const RECORD: &str = "WITH input AS (
                 OR (a.outcome = 'unknown' AND a.error_category = 'lease_expired' AND a.late_outcome IS NULL))
         RETURNING a.id, a.attempt_no, a.late_outcome IS NULL AS on_time
      ), moved AS (
-        UPDATE notification_intents i
+        UPDATE intent_states i
            SET state = r.next_state,
                next_attempt_at = CASE WHEN r.delay_secs IS NULL THEN NULL
                                       ELSE now() + make_interval(secs => r.delay_secs) END,
@@ -166,17 +167,18 @@ pub(crate) const RECORD: &str = "WITH input AS (
                had_unknown = i.had_unknown OR (rec.on_time AND r.outcome = 'unknown'),
                updated_at = now()
           FROM r JOIN recorded rec ON rec.id = r.attempt_id
-         WHERE i.id = r.intent_id
+         WHERE i.intent_id = r.intent_id
            AND CASE WHEN rec.on_time THEN i.state = 'sending' AND i.lease_attempt_id = r.attempt_id
                     ELSE i.lease_attempt_id IS NULL AND i.attempt_count = rec.attempt_no
                          AND ((i.state = 'unknown' AND r.next_state <> 'unknown')
                               OR (i.state = 'retry_scheduled' AND r.next_state IN ('accepted', 'rejected')))
                END
-        RETURNING i.id, i.trace_context, r.delay_secs, r.attempt_id, r.next_state
+        RETURNING i.intent_id AS id, r.delay_secs, r.attempt_id, r.next_state
      ), queued AS (
         INSERT INTO outbox (intent_id, available_at, trace_context)
-        SELECT id, now() + make_interval(secs => delay_secs), trace_context FROM moved
-         WHERE next_state = 'retry_scheduled'
+        SELECT m.id, now() + make_interval(secs => m.delay_secs), c.trace_context
+          FROM moved m JOIN intent_contents c ON c.id = m.id
+         WHERE m.next_state = 'retry_scheduled'
      )
      SELECT rec.id, rec.on_time, EXISTS (SELECT 1 FROM moved m WHERE m.attempt_id = rec.id)
        FROM recorded rec";

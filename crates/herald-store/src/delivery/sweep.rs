@@ -96,7 +96,7 @@ impl Store {
 
 /// The statement shared by the sweeper's and the operator's moves: after `$with` (common
 /// table expressions, among them `r` with columns `intent_id, next_state, delay_secs`),
-/// move each intent allowed by `$guard` (notification_intents_pkey), apply `$set`, clear
+/// move each intent allowed by `$guard` (intent_states_pkey), apply `$set`, clear
 /// its lease and token, and queue an outbox row for each retry (an `unknown` waiting for
 /// evidence keeps its delay as `next_attempt_at` only).
 macro_rules! move_intents {
@@ -104,7 +104,7 @@ macro_rules! move_intents {
         concat!(
             $with,
             ", moved AS (
-                UPDATE notification_intents i
+                UPDATE intent_states i
                    SET state = r.next_state,
                        next_attempt_at = CASE WHEN r.delay_secs IS NULL THEN NULL
                                               ELSE now() + make_interval(secs => r.delay_secs) END,
@@ -112,14 +112,15 @@ macro_rules! move_intents {
             $set,
             "
                   FROM r
-                 WHERE i.id = r.intent_id AND ",
+                 WHERE i.intent_id = r.intent_id AND ",
             $guard,
             "
-                RETURNING i.id, i.trace_context, r.delay_secs, r.next_state
+                RETURNING i.intent_id AS id, r.delay_secs, r.next_state
              )
              INSERT INTO outbox (intent_id, available_at, trace_context)
-             SELECT id, now() + make_interval(secs => delay_secs), trace_context FROM moved
-              WHERE next_state = 'retry_scheduled'"
+             SELECT m.id, now() + make_interval(secs => m.delay_secs), c.trace_context
+               FROM moved m JOIN intent_contents c ON c.id = m.id
+              WHERE m.next_state = 'retry_scheduled'"
         )
     };
 }
@@ -146,11 +147,12 @@ const NEXT_STATES_IN_STATE: &str = move_intents!(next_states_from_params!(), "",
 /// (notification_intents_sending_lease_idx). Intents a record is writing right now are
 /// locked, and skipped: that record settles them.
 pub(crate) const EXPIRED_LEASES: &str =
-    "SELECT id, channel, attempt_count - unsent_attempts, lease_owner FROM notification_intents
-     WHERE state = 'sending' AND lease_until < now() AND ($1::uuid[] IS NULL OR id = ANY($1::uuid[]))
-     ORDER BY lease_until
+    "SELECT s.intent_id, c.channel, s.attempt_count - s.unsent_attempts, s.lease_owner
+       FROM intent_states s JOIN intent_contents c ON c.id = s.intent_id
+     WHERE s.state = 'sending' AND s.lease_until < now() AND ($1::uuid[] IS NULL OR s.intent_id = ANY($1::uuid[]))
+     ORDER BY s.lease_until
      LIMIT $2
-     FOR UPDATE SKIP LOCKED";
+     FOR UPDATE OF s SKIP LOCKED";
 
 /// The `started` attempts of intents whose lease expired, recorded `unknown`
 /// (notification_attempts_intent_idx).
@@ -164,16 +166,16 @@ const LEASE_EXPIRED_ATTEMPTS: &str = "UPDATE notification_attempts
 /// once, it holds only what is waiting). Intents another sweeper is re-queueing are
 /// skipped.
 const STRANDED: &str = "WITH stranded AS (
-        SELECT i.id, i.trace_context FROM notification_intents i
+        SELECT i.intent_id FROM intent_states i
          WHERE i.state IN ('pending', 'retry_scheduled')
            AND coalesce(i.next_attempt_at, i.updated_at) < now() - make_interval(secs => $1::float8)
-           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.intent_id = i.id)
-         ORDER BY i.id
+           AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.intent_id = i.intent_id)
+         ORDER BY i.intent_id
          LIMIT $2
          FOR UPDATE OF i SKIP LOCKED
      )
      INSERT INTO outbox (intent_id, trace_context)
-     SELECT id, trace_context FROM stranded
+     SELECT s.intent_id, c.trace_context FROM stranded s JOIN intent_contents c ON c.id = s.intent_id
      RETURNING intent_id";
 
 /// The sweep shared by [`Store::expire_leases`] and [`Store::claim`].

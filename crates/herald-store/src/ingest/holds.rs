@@ -30,7 +30,7 @@ pub(crate) const OPEN_HOLDS_OF_SELLERS: &str =
      FROM intent_holds h
      JOIN unnest($1::text[], $2::text[]) AS k(marketplace_id, seller_id)
        ON h.marketplace_id = k.marketplace_id AND h.seller_id = k.seller_id
-     JOIN notification_intents i ON i.id = h.intent_id
+     JOIN intent_contents i ON i.id = h.intent_id
      WHERE h.decision IS NULL AND h.hold_until > now()
      FOR UPDATE OF h SKIP LOCKED";
 
@@ -177,7 +177,7 @@ pub(crate) const OPEN_HOLDS_WITH_PROFILE: &str =
     "SELECT h.intent_id, h.marketplace_id, h.seller_id, h.event, i.channel, i.template
      FROM intent_holds h
      JOIN sellers s ON s.marketplace_id = h.marketplace_id AND s.seller_id = h.seller_id
-     JOIN notification_intents i ON i.id = h.intent_id
+     JOIN intent_contents i ON i.id = h.intent_id
      WHERE h.decision IS NULL AND h.hold_until > now() AND h.last_error IS NULL
      ORDER BY h.hold_until LIMIT $1
      FOR UPDATE OF h SKIP LOCKED";
@@ -206,24 +206,30 @@ pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -
     Ok(decided(rows))
 }
 
-/// Releases held intents by id with their rendered payloads (notification_intents_pkey,
-/// intent_holds_pkey).
+/// Releases held intents by id with their rendered payloads (intent_states_pkey,
+/// notification_intents_pkey, intent_holds_pkey): the state moves first, then the frozen
+/// decision is written on the contents (checked together at commit, migrations/V13).
 pub(crate) const RELEASE: &str = concat!(
     "WITH input AS (
         SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int8[])
             AS t(id, digest, revision, consent, version)
-     ), released AS (
-        UPDATE notification_intents i
-           SET payload_digest = t.digest, template_revision = t.revision, consent = t.consent,
-               state = CASE WHEN h.observe THEN 'observed' WHEN t.consent = 'granted' THEN 'pending'
+     ), moved AS (
+        UPDATE intent_states s
+           SET state = CASE WHEN h.observe THEN 'observed' WHEN t.consent = 'granted' THEN 'pending'
                             ELSE 'suppressed' END,
                next_attempt_at = CASE WHEN NOT h.observe AND t.consent = 'granted' THEN now() END,
                updated_at = now()
           FROM input t JOIN intent_holds h ON h.intent_id = t.id
-         WHERE i.id = t.id AND ",
-    state_is_one_of!("i", "awaiting_profile"),
+         WHERE s.intent_id = t.id AND ",
+    state_is_one_of!("s", "awaiting_profile"),
     "
-        RETURNING i.id, i.state, i.trace_context, i.channel, i.consent
+        RETURNING s.intent_id, s.state
+     ), released AS (
+        UPDATE intent_contents i
+           SET payload_digest = t.digest, template_revision = t.revision, consent = t.consent
+          FROM input t JOIN moved m ON m.intent_id = t.id
+         WHERE i.id = t.id
+        RETURNING i.id, m.state, i.trace_context, i.channel, i.consent
      ), queued AS (
         INSERT INTO outbox (intent_id, trace_context)
         SELECT id, trace_context FROM released WHERE state = 'pending'
@@ -240,23 +246,28 @@ pub(crate) const RELEASE: &str = concat!(
 );
 
 /// Freezes up to `$1` holds past their deadline with their fallback payloads
-/// (intent_holds_open_until_idx; notification_intents_pkey).
+/// (intent_holds_open_until_idx; intent_states_pkey, notification_intents_pkey).
 pub(crate) const EXPIRE_DUE: &str = concat!(
     "WITH due AS (
         SELECT h.intent_id, h.fallback_digest, h.observe FROM intent_holds h
          WHERE h.decision IS NULL AND h.hold_until <= now()
          ORDER BY h.hold_until LIMIT $1
          FOR UPDATE OF h SKIP LOCKED
-     ), frozen AS (
-        UPDATE notification_intents i
-           SET state = CASE WHEN d.observe THEN 'observed' ELSE 'suppressed' END,
-               payload_digest = d.fallback_digest,
-               template_revision = p.template_revision, consent = p.consent, updated_at = now()
-          FROM due d JOIN notification_payloads p ON p.digest = d.fallback_digest
-         WHERE i.id = d.intent_id AND ",
-    state_is_one_of!("i", "awaiting_profile"),
+     ), moved AS (
+        UPDATE intent_states s
+           SET state = CASE WHEN d.observe THEN 'observed' ELSE 'suppressed' END, updated_at = now()
+          FROM due d
+         WHERE s.intent_id = d.intent_id AND ",
+    state_is_one_of!("s", "awaiting_profile"),
     "
-        RETURNING i.id, i.state, i.channel, i.consent
+        RETURNING s.intent_id, s.state
+     ), frozen AS (
+        UPDATE intent_contents i
+           SET payload_digest = d.fallback_digest, template_revision = p.template_revision, consent = p.consent
+          FROM due d JOIN moved m ON m.intent_id = d.intent_id
+               JOIN notification_payloads p ON p.digest = d.fallback_digest
+         WHERE i.id = d.intent_id
+        RETURNING i.id, m.state, i.channel, i.consent
      ), decided AS (
         UPDATE intent_holds h SET decision = 'expired', decided_at = now(), event = NULL
           FROM due d WHERE h.intent_id = d.intent_id

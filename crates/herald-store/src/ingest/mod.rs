@@ -30,7 +30,7 @@ use holds::{Decided, HeldIntent, Release};
 pub(crate) const EXISTING_BY_BUSINESS_KEY: &str =
     "SELECT i.marketplace_id, i.order_id, i.event_kind, i.channel, i.id, i.request_fingerprint
      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS k(marketplace_id, order_id, event_kind, channel)
-     JOIN notification_intents i
+     JOIN intent_contents i
        ON i.marketplace_id = k.marketplace_id AND i.order_id = k.order_id
       AND i.event_kind = k.event_kind AND i.channel = k.channel";
 
@@ -307,7 +307,9 @@ impl<'a> IngestTx<'a> {
             c.push(*id, &intents[*n]);
         }
         // notification_intents_business_key: DO NOTHING leaves a
-        // known key to the comparison in `converge`. next_attempt_at is now() for a
+        // known key to the comparison in `converge`. Each new intent is two rows, its
+        // frozen contents and its state (migrations/V13), inserted by this one statement:
+        // the check of new intents runs at its end. next_attempt_at is now() for a
         // sendable intent: it is due at once. An observe-mode intent is frozen `observed`,
         // with no outbox row and no due time: nothing ever sends it. A held intent gets no payload, revision or
         // consent yet (its `payload` is the fallback, stored with its hold).
@@ -330,23 +332,28 @@ impl<'a> IngestTx<'a> {
                              request_fingerprint, seller_id, template, template_revision, payload_digest, consent,
                              trace_context, event_id, occurred_at, source_topic, source_partition, source_offset,
                              held, destination, locale, subject, body_text, body_html, observe)
-                 ), created AS (
-                    INSERT INTO notification_intents
+                 ), frozen AS (
+                    INSERT INTO intent_contents
                         (id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
-                         seller_id, template, template_revision, payload_digest, consent, state, next_attempt_at,
+                         seller_id, template, template_revision, payload_digest, consent,
                          trace_context, event_id, occurred_at, source_topic, source_partition, source_offset)
                     SELECT id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint,
                            seller_id, template,
                            CASE WHEN NOT held THEN template_revision END,
                            CASE WHEN NOT held THEN payload_digest END,
                            CASE WHEN NOT held THEN consent END,
-                           CASE WHEN held THEN 'awaiting_profile' WHEN observe THEN 'observed'
-                                WHEN consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
-                           CASE WHEN NOT held AND NOT observe AND consent = 'granted' THEN now() END,
                            trace_context, event_id, occurred_at, source_topic, source_partition, source_offset
                     FROM input
                     ON CONFLICT DO NOTHING
-                    RETURNING id, state, trace_context
+                    RETURNING id, trace_context
+                 ), created AS (
+                    INSERT INTO intent_states (intent_id, state, next_attempt_at)
+                    SELECT t.id,
+                           CASE WHEN t.held THEN 'awaiting_profile' WHEN t.observe THEN 'observed'
+                                WHEN t.consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
+                           CASE WHEN NOT t.held AND NOT t.observe AND t.consent = 'granted' THEN now() END
+                    FROM input t JOIN frozen f ON f.id = t.id
+                    RETURNING intent_id AS id, state
                  ), stored AS (
                     INSERT INTO notification_payloads AS p
                         (digest, channel, destination, locale, consent, template, template_revision, subject,
@@ -361,7 +368,7 @@ impl<'a> IngestTx<'a> {
                      WHERE p.body_purged_at IS NOT NULL
                  ), queued AS (
                     INSERT INTO outbox (intent_id, trace_context)
-                    SELECT id, trace_context FROM created WHERE state = 'pending'
+                    SELECT c.id, f.trace_context FROM created c JOIN frozen f ON f.id = c.id WHERE c.state = 'pending'
                  )
                  SELECT id, state FROM created",
                 &[
