@@ -9,14 +9,17 @@
 --   intent_contents  what is frozen when the intent is created (or, for a held intent,
 --                    when its profile arrives or its wait runs out), never changed after;
 --   intent_states    the state, the attempt counters, the due time and the lease: one
---                    narrow row per intent, the only row claim, record and the sweepers
---                    write, with the partial indexes of live intents, expired leases and
---                    `unknown` intents awaiting evidence.
+--                    narrow row per intent, the only row claim, record, the lease and
+--                    silence sweeps and evidence write (a held intent's release or expiry
+--                    also writes its decision on the contents), with the partial indexes
+--                    of live intents, expired leases and `unknown` intents awaiting
+--                    evidence.
 --
 -- `notification_intents` is now a view joining the two, column for column what the table
--- was: what inspection, operators' queries and the tests read. Writing through it works
--- (INSTEAD OF triggers, row by row, for operators and tests); Herald's own statements
--- write the tables.
+-- was: what inspection, retention's reads, operators' queries and the tests read. Writing
+-- through it works row by row (INSTEAD OF triggers, for operators and tests; not
+-- `INSERT ... ON CONFLICT`); Herald's own statements write and lock the tables. A broken
+-- invariant found by a deferred check is reported at COMMIT, not at the statement.
 --
 -- The checks that tied `state` to the frozen decision span the two tables now. They are
 -- triggers under the old constraints' names, raising check_violation:
@@ -174,20 +177,39 @@ $$;
 CREATE TRIGGER intent_contents_checked AFTER INSERT ON intent_contents
     REFERENCING NEW TABLE AS new_intents FOR EACH STATEMENT EXECUTE FUNCTION herald_check_new_intents();
 
--- A state row goes only with its intent (one statement deletes both).
-CREATE FUNCTION herald_check_removed_states() RETURNS trigger
+-- The two rows of an intent go together (one statement deletes both), and a state row
+-- never moves to another intent.
+CREATE FUNCTION herald_check_removed_rows() RETURNS trigger
     LANGUAGE plpgsql AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM gone_states g JOIN intent_contents c ON c.id = g.intent_id) THEN
-        RAISE EXCEPTION 'an intent''s state row is deleted while the intent stays'
+    IF TG_TABLE_NAME = 'intent_states' THEN
+        IF EXISTS (SELECT 1 FROM gone g JOIN intent_contents c ON c.id = g.intent_id) THEN
+            RAISE EXCEPTION 'an intent''s state row is deleted while the intent stays'
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'notification_intents_both_rows',
+                      TABLE = 'intent_states';
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM gone g JOIN intent_states s ON s.intent_id = g.id) THEN
+        RAISE EXCEPTION 'an intent is deleted while its state row stays'
             USING ERRCODE = 'check_violation', CONSTRAINT = 'notification_intents_both_rows',
-                  TABLE = 'intent_states';
+                  TABLE = 'intent_contents';
     END IF;
     RETURN NULL;
 END
 $$;
 CREATE TRIGGER intent_states_removed AFTER DELETE ON intent_states
-    REFERENCING OLD TABLE AS gone_states FOR EACH STATEMENT EXECUTE FUNCTION herald_check_removed_states();
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION herald_check_removed_rows();
+CREATE TRIGGER intent_contents_removed AFTER DELETE ON intent_contents
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION herald_check_removed_rows();
+CREATE FUNCTION herald_refuse_moved_state() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the state row of intent % cannot move to intent %', OLD.intent_id, NEW.intent_id
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'notification_intents_both_rows', TABLE = 'intent_states';
+END
+$$;
+CREATE TRIGGER intent_states_kept BEFORE UPDATE OF intent_id ON intent_states FOR EACH ROW
+    WHEN (OLD.intent_id IS DISTINCT FROM NEW.intent_id)
+    EXECUTE FUNCTION herald_refuse_moved_state();
 
 -- A change of state that could break an invariant (into or out of the states that do not
 -- deliver), and a held intent's decision being frozen: checked at commit, when both rows
@@ -269,11 +291,11 @@ BEGIN
                source_partition = NEW.source_partition, source_offset = NEW.source_offset,
                created_at = NEW.created_at
          WHERE id = OLD.id
-           AND (marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint, seller_id,
+           AND (id, marketplace_id, order_id, event_kind, channel, idempotency_key, request_fingerprint, seller_id,
                 template, template_revision, payload_digest, consent, trace_context, event_id, occurred_at,
                 source_topic, source_partition, source_offset, created_at)
                IS DISTINCT FROM
-               (NEW.marketplace_id, NEW.order_id, NEW.event_kind, NEW.channel, NEW.idempotency_key,
+               (NEW.id, NEW.marketplace_id, NEW.order_id, NEW.event_kind, NEW.channel, NEW.idempotency_key,
                 NEW.request_fingerprint, NEW.seller_id, NEW.template, NEW.template_revision, NEW.payload_digest,
                 NEW.consent, NEW.trace_context, NEW.event_id, NEW.occurred_at, NEW.source_topic,
                 NEW.source_partition, NEW.source_offset, NEW.created_at);

@@ -193,6 +193,18 @@ async fn the_intent_keeps_its_invariants_across_its_two_tables() -> Result<()> {
             "notification_intents_both_rows",
         ),
         (
+            format!("DELETE FROM intent_contents WHERE id = '{other}'"),
+            "notification_intents_both_rows",
+        ),
+        (
+            format!("UPDATE intent_states SET intent_id = gen_random_uuid() WHERE intent_id = '{id}'"),
+            "notification_intents_both_rows",
+        ),
+        (
+            format!("UPDATE notification_intents SET id = gen_random_uuid() WHERE id = '{id}'"),
+            "intent_contents_frozen",
+        ),
+        (
             format!(
                 "INSERT INTO intent_contents (id, marketplace_id, order_id, event_kind, channel, idempotency_key,
                         request_fingerprint, seller_id, template, template_revision, payload_digest, consent,

@@ -27,9 +27,10 @@ const EVENTS_OF_INTENT: &str =
 const RESOLUTIONS_OF_INTENT: &str =
     "SELECT resolved_as, settled_by, reason, operator, resolved_at, provider_event_id
      FROM intent_resolutions WHERE intent_id = $1 ORDER BY id";
-/// An intent by business key (notification_intents_business_key).
-pub(crate) const INTENT_BY_BUSINESS_KEY: &str = "SELECT id FROM notification_intents
-     WHERE marketplace_id = $1 AND order_id = $2 AND event_kind = $3 AND channel = $4";
+/// An intent by business key (notification_intents_business_key, then intent_states_pkey).
+pub(crate) const INTENT_BY_BUSINESS_KEY: &str = "SELECT c.id FROM intent_contents c
+       JOIN intent_states s ON s.intent_id = c.id
+     WHERE c.marketplace_id = $1 AND c.order_id = $2 AND c.event_kind = $3 AND c.channel = $4";
 
 /// How an operator names an intent: by business key or by id.
 #[derive(Debug, Clone, Copy)]
@@ -73,13 +74,16 @@ pub struct BacklogSample {
     pub holds: holds::HoldSample,
 }
 
-/// Resolves an [`IntentRef`] to the intent's id (`FOR UPDATE` when `lock`).
+/// Resolves an [`IntentRef`] to the intent's id, its state row locked `FOR UPDATE` when
+/// `lock` (never the contents row: the reconciler locks state rows first and then takes
+/// the contents row's key-share lock for a resolution's foreign key, so locking both here
+/// could deadlock with it).
 pub(crate) async fn intent_id(
     conn: &impl tokio_postgres::GenericClient,
     r: IntentRef<'_>,
     lock: bool,
 ) -> Result<Uuid> {
-    let lock = if lock { " FOR UPDATE" } else { "" };
+    let lock = if lock { " FOR UPDATE OF s" } else { "" };
     let row = match r {
         // notification_intents_business_key
         IntentRef::Key(key) => {
@@ -94,10 +98,10 @@ pub(crate) async fn intent_id(
             )
             .await?
         }
-        // notification_intents_pkey
+        // intent_states_pkey
         IntentRef::Id(id) => {
             conn.query_opt(
-                &format!("SELECT id FROM notification_intents WHERE id = $1{lock}"),
+                &format!("SELECT s.intent_id FROM intent_states s WHERE s.intent_id = $1{lock}"),
                 &[&id],
             )
             .await?

@@ -75,11 +75,11 @@ impl Store {
 /// deletes and foreign-key checks run as the owner. No DELETE on the ledger (intents,
 /// payloads, attempts, conflicts, resolutions, provider evidence), no write to templates.
 pub const RUNTIME_PRIVILEGES: &[(&str, &str)] = &[
-    // The intent: its frozen contents (UPDATE: a held intent's decision, and FOR UPDATE),
-    // its state, and the view joining them (written through by operators only).
+    // The intent: its frozen contents (UPDATE: a held intent's decision), its state, and
+    // the view joining them, which Herald only reads.
     ("intent_contents", "SELECT, INSERT, UPDATE"),
     ("intent_states", "SELECT, INSERT, UPDATE"),
-    ("notification_intents", "SELECT, INSERT, UPDATE"),
+    ("notification_intents", "SELECT"),
     ("notification_payloads", "SELECT, INSERT, UPDATE"),
     ("notification_attempts", "SELECT, INSERT, UPDATE"),
     ("intent_conflicts", "SELECT, INSERT"),

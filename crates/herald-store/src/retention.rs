@@ -129,7 +129,8 @@ pub const PURGE_BODIES: &str = concat!(
     ")"
 );
 
-// notification_intents_pkey: a range of ids (UUIDv7, time-ordered) below the cutoff's,
+// notification_intents_pkey, then intent_states_pkey (the view; both rows are locked, and
+// skipped when either is held): a range of ids (UUIDv7, time-ordered) below the cutoff's,
 // continued from the last id seen. created_at is checked too, for ids that are not v7.
 pub const INTENT_CANDIDATES: &str = "SELECT id, payload_digest FROM notification_intents
      WHERE id > $1 AND id < $2 AND created_at < $3 AND updated_at < $3

@@ -182,7 +182,7 @@ pub async fn check(env: &TestEnv, plan: &Plan, expect: &Expect, report: &mut Rep
                     count(a.id),
                     count(a.id) FILTER (WHERE a.outcome <> 'not_sent')
                FROM notification_intents i LEFT JOIN notification_attempts a ON a.intent_id = i.id
-              GROUP BY i.id",
+              GROUP BY i.id, i.order_id, i.channel, i.state, i.next_attempt_at",
             &[],
         )
         .await?

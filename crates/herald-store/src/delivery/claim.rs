@@ -317,7 +317,8 @@ const CLAIM_AGAIN: &str = claim_statement!(
                                         WHERE a.intent_id = s.intent_id AND a.id = req.attempt_id)"
 );
 
-/// Claims this request had already made (notification_intents_pkey;
+/// Claims this request had already made (the view: intent_states_pkey and
+/// notification_intents_pkey;
 /// notification_attempts_intent_idx for the attempt): the same columns as [`CLAIM`].
 const RECLAIM: &str = "SELECT i.id, a.id, i.attempt_count, i.unsent_attempts, i.channel, i.marketplace_id,
                               i.trace_context, a.after_unknown, a.started_at, p.destination, p.subject,

@@ -166,7 +166,7 @@ const LEASE_EXPIRED_ATTEMPTS: &str = "UPDATE notification_attempts
 /// once, it holds only what is waiting). Intents another sweeper is re-queueing are
 /// skipped.
 const STRANDED: &str = "WITH stranded AS (
-        SELECT i.intent_id FROM intent_states i
+        SELECT i.intent_id, c.trace_context FROM intent_states i JOIN intent_contents c ON c.id = i.intent_id
          WHERE i.state IN ('pending', 'retry_scheduled')
            AND coalesce(i.next_attempt_at, i.updated_at) < now() - make_interval(secs => $1::float8)
            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.intent_id = i.intent_id)
@@ -175,7 +175,7 @@ const STRANDED: &str = "WITH stranded AS (
          FOR UPDATE OF i SKIP LOCKED
      )
      INSERT INTO outbox (intent_id, trace_context)
-     SELECT s.intent_id, c.trace_context FROM stranded s JOIN intent_contents c ON c.id = s.intent_id
+     SELECT intent_id, trace_context FROM stranded
      RETURNING intent_id";
 
 /// The sweep shared by [`Store::expire_leases`] and [`Store::claim`].
