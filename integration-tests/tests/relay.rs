@@ -89,6 +89,22 @@ async fn two_relays_publish_every_outbox_row_keyed_by_intent_and_delete_it() -> 
     let env = TestEnv::new("relay", "").await?;
     let _ingest = env.spawn_ingest("ingest", &[])?;
     seed_orders(&env, 60).await?;
+    env.wait_count("outbox rows queued", "SELECT count(*) FROM outbox", 120, WAIT)
+        .await?;
+    assert_eq!(
+        env.count("SELECT count(*) FROM outbox WHERE channel IS NULL")
+            .await?,
+        0,
+        "ingest writes each outbox row with its intent's channel (V14)"
+    );
+    // Rows as a Herald older than V14 queued them (a rolling upgrade): no channel.
+    env.db
+        .execute(
+            "UPDATE outbox SET channel = NULL
+              WHERE intent_id IN (SELECT id FROM intent_contents WHERE order_id IN ('0', '1', '2'))",
+            &[],
+        )
+        .await?;
     let mut r1 = env.spawn_roles("relay", "relay-1", &[("HERALD_RELAY__BATCH_SIZE", "16")])?;
     let mut r2 = env.spawn_roles("relay", "relay-2", &[("HERALD_RELAY__BATCH_SIZE", "16")])?;
     env.wait_count("outbox drained", "SELECT count(*) FROM outbox", 0, WAIT)
@@ -106,6 +122,19 @@ async fn two_relays_publish_every_outbox_row_keyed_by_intent_and_delete_it() -> 
         for r in records {
             assert_eq!(r.value.as_deref(), Some(id.as_bytes()), "value is the intent id");
         }
+    }
+    // Each message names its intent's channel, read from the intent for the rows that
+    // carried none.
+    let channels: BTreeMap<String, String> = env
+        .db
+        .query("SELECT id::text, channel FROM notification_intents", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    for (id, records) in &published {
+        let header = records[0].headers.get("herald-channel");
+        assert_eq!(header, channels.get(id), "the channel header of {id}");
     }
     // The order event's trace context travels through the outbox into the headers.
     let traced: Vec<String> = env

@@ -539,8 +539,8 @@ pub(crate) const SILENCE_DECIDED: &str = concat!(
                (SELECT a.id FROM notification_attempts a WHERE a.intent_id = m.id ORDER BY a.attempt_no DESC LIMIT 1)
           FROM moved m
      )
-     INSERT INTO outbox (intent_id, available_at, trace_context)
-     SELECT m.id, now() + make_interval(secs => $2::float8), c.trace_context
+     INSERT INTO outbox (intent_id, available_at, trace_context, channel)
+     SELECT m.id, now() + make_interval(secs => $2::float8), c.trace_context, c.channel
        FROM moved m JOIN intent_contents c ON c.id = m.id WHERE $2::float8 IS NOT NULL"
 );
 

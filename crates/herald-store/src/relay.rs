@@ -10,13 +10,17 @@ use uuid::Uuid;
 use crate::{Connection, Result, Store};
 
 /// Due outbox rows, oldest first, skipping rows another relay holds
-/// (outbox_available_at_idx), with their intent's channel (notification_intents_pkey).
-pub(crate) const CLAIM_DUE: &str = "SELECT o.id, o.intent_id, o.trace_context, i.channel
-     FROM outbox o JOIN intent_contents i ON i.id = o.intent_id
+/// (outbox_available_at_idx), with their intent's channel. The row carries it (V14); a row
+/// queued before V14 or by an older Herald has none, and only for such a row the intent's
+/// is looked up (intent_contents_pkey, one probe; the outbox's foreign key keeps the intent
+/// there). No join: whatever the statistics, the plan reads the due rows and nothing else.
+pub(crate) const CLAIM_DUE: &str = "SELECT o.id, o.intent_id, o.trace_context,
+            coalesce(o.channel, (SELECT i.channel FROM intent_contents i WHERE i.id = o.intent_id))
+     FROM outbox o
      WHERE o.available_at <= now()
      ORDER BY o.available_at, o.id
      LIMIT $1
-     FOR UPDATE OF o SKIP LOCKED";
+     FOR UPDATE SKIP LOCKED";
 /// Published rows (outbox_pkey).
 pub(crate) const DELETE_PUBLISHED: &str = "DELETE FROM outbox WHERE id = ANY($1::int8[])";
 
@@ -48,8 +52,10 @@ impl<'a> RelayTx<'a> {
 
     /// Up to `limit` due rows, oldest first, skipping rows another relay holds.
     pub async fn claim_due(&self, limit: i64) -> Result<Vec<OutboxRow>> {
-        // outbox_available_at_idx (available_at, id)
-        let rows = self.tx.query(CLAIM_DUE, &[&limit]).await?;
+        // outbox_available_at_idx (available_at, id). Prepared once per connection: a
+        // relay round is a few rows, and planning it again cost as much as running it.
+        let statement = self.tx.prepare_cached(CLAIM_DUE).await?;
+        let rows = self.tx.query(&statement, &[&limit]).await?;
         rows.into_iter()
             .map(|r| {
                 Ok(OutboxRow {
@@ -71,7 +77,8 @@ impl<'a> RelayTx<'a> {
     pub async fn finish(self, published: &[i64]) -> Result<()> {
         if !published.is_empty() {
             // outbox_pkey
-            self.tx.execute(DELETE_PUBLISHED, &[&published]).await?;
+            let statement = self.tx.prepare_cached(DELETE_PUBLISHED).await?;
+            self.tx.execute(&statement, &[&published]).await?;
         }
         self.tx.commit().await?;
         Ok(())

@@ -88,16 +88,17 @@ impl Store {
 /// Every active revision. Ingest loads this once per batch inside its transaction; the set
 /// is small (templates x channels x locales).
 pub(crate) async fn load_active(
-    client: &impl tokio_postgres::GenericClient,
+    client: &impl deadpool_postgres::GenericClient,
 ) -> Result<Vec<TemplateRevision>> {
-    // templates_one_active_idx
-    let rows = client
-        .query(
+    // templates_one_active_idx; prepared once per connection, as every ingest batch
+    // reads it.
+    let statement = client
+        .prepare_cached(
             "SELECT template, channel, locale, revision, subject, body_text, body_html
              FROM templates WHERE active",
-            &[],
         )
         .await?;
+    let rows = client.query(&statement, &[]).await?;
     rows.iter()
         .map(|r| {
             let channel: &str = r.get(1);

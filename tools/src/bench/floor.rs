@@ -76,7 +76,7 @@ const CONVERGE: &str = "WITH frozen AS (
                trace_context, event_id, occurred_at, source_topic, source_partition, source_offset
         FROM floor_staging ORDER BY idempotency_key, ord
         ON CONFLICT DO NOTHING
-        RETURNING id, consent, trace_context
+        RETURNING id, consent, trace_context, channel
     ), created AS (
         INSERT INTO intent_states (intent_id, state, next_attempt_at)
         SELECT id, CASE WHEN consent = 'granted' THEN 'pending' ELSE 'suppressed' END,
@@ -92,8 +92,8 @@ const CONVERGE: &str = "WITH frozen AS (
         ORDER BY s.payload_digest
         ON CONFLICT ON CONSTRAINT notification_payloads_pkey DO NOTHING
     ), queued AS (
-        INSERT INTO outbox (intent_id, trace_context)
-        SELECT id, trace_context FROM frozen WHERE consent = 'granted'
+        INSERT INTO outbox (intent_id, trace_context, channel)
+        SELECT id, trace_context, channel FROM frozen WHERE consent = 'granted'
     )
     SELECT count(*) FROM created";
 

@@ -175,8 +175,8 @@ pub(crate) const RECORD: &str = "WITH input AS (
                END
         RETURNING i.intent_id AS id, r.delay_secs, r.attempt_id, r.next_state
      ), queued AS (
-        INSERT INTO outbox (intent_id, available_at, trace_context)
-        SELECT m.id, now() + make_interval(secs => m.delay_secs), c.trace_context
+        INSERT INTO outbox (intent_id, available_at, trace_context, channel)
+        SELECT m.id, now() + make_interval(secs => m.delay_secs), c.trace_context, c.channel
           FROM moved m JOIN intent_contents c ON c.id = m.id
          WHERE m.next_state = 'retry_scheduled'
      )

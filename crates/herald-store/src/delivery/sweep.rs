@@ -117,8 +117,8 @@ macro_rules! move_intents {
             "
                 RETURNING i.intent_id AS id, r.delay_secs, r.next_state
              )
-             INSERT INTO outbox (intent_id, available_at, trace_context)
-             SELECT m.id, now() + make_interval(secs => m.delay_secs), c.trace_context
+             INSERT INTO outbox (intent_id, available_at, trace_context, channel)
+             SELECT m.id, now() + make_interval(secs => m.delay_secs), c.trace_context, c.channel
                FROM moved m JOIN intent_contents c ON c.id = m.id
               WHERE m.next_state = 'retry_scheduled'"
         )
@@ -166,7 +166,7 @@ const LEASE_EXPIRED_ATTEMPTS: &str = "UPDATE notification_attempts
 /// once, it holds only what is waiting). Intents another sweeper is re-queueing are
 /// skipped.
 const STRANDED: &str = "WITH stranded AS (
-        SELECT i.intent_id, c.trace_context FROM intent_states i JOIN intent_contents c ON c.id = i.intent_id
+        SELECT i.intent_id, c.trace_context, c.channel FROM intent_states i JOIN intent_contents c ON c.id = i.intent_id
          WHERE i.state IN ('pending', 'retry_scheduled')
            AND coalesce(i.next_attempt_at, i.updated_at) < now() - make_interval(secs => $1::float8)
            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.intent_id = i.intent_id)
@@ -174,8 +174,8 @@ const STRANDED: &str = "WITH stranded AS (
          LIMIT $2
          FOR UPDATE OF i SKIP LOCKED
      )
-     INSERT INTO outbox (intent_id, trace_context)
-     SELECT intent_id, trace_context FROM stranded
+     INSERT INTO outbox (intent_id, trace_context, channel)
+     SELECT intent_id, trace_context, channel FROM stranded
      RETURNING intent_id";
 
 /// The sweep shared by [`Store::expire_leases`] and [`Store::claim`].

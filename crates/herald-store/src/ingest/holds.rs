@@ -231,8 +231,8 @@ pub(crate) const RELEASE: &str = concat!(
          WHERE i.id = t.id
         RETURNING i.id, m.state, i.trace_context, i.channel, i.consent
      ), queued AS (
-        INSERT INTO outbox (intent_id, trace_context)
-        SELECT id, trace_context FROM released WHERE state = 'pending'
+        INSERT INTO outbox (intent_id, trace_context, channel)
+        SELECT id, trace_context, channel FROM released WHERE state = 'pending'
      ), decided AS (
         UPDATE intent_holds h
            SET decision = 'released', decided_at = now(), profile_version = t.version,

@@ -167,11 +167,11 @@ impl<'a> IngestTx<'a> {
         &self,
         keys: &[(String, String)],
     ) -> Result<HashMap<(String, String), SellerProfile>> {
-        sellers::lookup(&*self.tx, keys).await
+        sellers::lookup(&self.tx, keys).await
     }
 
     pub async fn active_templates(&self) -> Result<Vec<TemplateRevision>> {
-        templates::load_active(&*self.tx).await
+        templates::load_active(&self.tx).await
     }
 
     /// Takes the sellers' advisory locks until this transaction ends. A transaction that
@@ -345,7 +345,7 @@ impl<'a> IngestTx<'a> {
                            trace_context, event_id, occurred_at, source_topic, source_partition, source_offset
                     FROM input
                     ON CONFLICT DO NOTHING
-                    RETURNING id, trace_context
+                    RETURNING id, trace_context, channel
                  ), created AS (
                     INSERT INTO intent_states (intent_id, state, next_attempt_at)
                     SELECT t.id,
@@ -367,8 +367,9 @@ impl<'a> IngestTx<'a> {
                            body_text = EXCLUDED.body_text, body_html = EXCLUDED.body_html, body_purged_at = NULL
                      WHERE p.body_purged_at IS NOT NULL
                  ), queued AS (
-                    INSERT INTO outbox (intent_id, trace_context)
-                    SELECT c.id, f.trace_context FROM created c JOIN frozen f ON f.id = c.id WHERE c.state = 'pending'
+                    INSERT INTO outbox (intent_id, trace_context, channel)
+                    SELECT c.id, f.trace_context, f.channel FROM created c JOIN frozen f ON f.id = c.id
+                     WHERE c.state = 'pending'
                  )
                  SELECT id, state FROM created",
                 &[
