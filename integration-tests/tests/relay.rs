@@ -98,13 +98,15 @@ async fn two_relays_publish_every_outbox_row_keyed_by_intent_and_delete_it() -> 
         "ingest writes each outbox row with its intent's channel (V14)"
     );
     // Rows as a Herald older than V14 queued them (a rolling upgrade): no channel.
-    env.db
+    let cleared = env
+        .db
         .execute(
             "UPDATE outbox SET channel = NULL
               WHERE intent_id IN (SELECT id FROM intent_contents WHERE order_id IN ('0', '1', '2'))",
             &[],
         )
         .await?;
+    assert_eq!(cleared, 6, "three orders' rows, both channels");
     let mut r1 = env.spawn_roles("relay", "relay-1", &[("HERALD_RELAY__BATCH_SIZE", "16")])?;
     let mut r2 = env.spawn_roles("relay", "relay-2", &[("HERALD_RELAY__BATCH_SIZE", "16")])?;
     env.wait_count("outbox drained", "SELECT count(*) FROM outbox", 0, WAIT)

@@ -80,7 +80,13 @@ async fn claim_batch(ctx: &DeliveryContext, batch: Vec<Taken>, out: &mpsc::Sende
                     routine = claim.attempt_no == 1 && !claim.after_unknown && !claim.reclaimed,
                     trace_id = claim.trace_context.as_deref().and_then(herald_telemetry::propagation::trace_id),
                     "attempt started");
-                taken.permits.claimed_as(claim.channel);
+                if !taken.permits.claimed_as(claim.channel) {
+                    // Every writer of an outbox row copies the intent's frozen channel
+                    // (V14), so only a hand-made row or message gets here. The send goes on,
+                    // under its channel's rate but outside its claim window.
+                    tracing::warn!(intent_id = %claim.intent_id, channel = claim.channel.as_str(),
+                        "the delivery message named another channel than its intent's; sent outside the channel's claim window");
+                }
                 let claimed = ClaimedAttempt {
                     send_by: ctx.budget.send_deadline(granted_after),
                     taken,

@@ -42,9 +42,11 @@ pub struct Permits {
 
 impl Permits {
     /// The claim says which channel: the other window's room (a message without the
-    /// channel header took both) is given back.
-    pub fn claimed_as(&mut self, channel: Channel) {
+    /// channel header took both) is given back. False when the message held no room in
+    /// that channel's window: its header named another channel than its intent's.
+    pub fn claimed_as(&mut self, channel: Channel) -> bool {
         self.window.retain(|(c, _)| *c == channel);
+        !self.window.is_empty()
     }
 
     /// The send starts: the channel's claim window has room again.
@@ -201,5 +203,45 @@ async fn run_lane(
             span,
         };
         handover.send(taken);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn permits(channels: &[Channel], windows: &Arc<Semaphore>) -> Permits {
+        Permits {
+            _pipeline: windows.clone().try_acquire_owned().unwrap(),
+            window: channels
+                .iter()
+                .map(|c| (*c, windows.clone().try_acquire_owned().unwrap()))
+                .collect(),
+        }
+    }
+
+    /// A claim keeps only its channel's room, and says when the message held none there.
+    #[test]
+    fn a_claim_keeps_its_channels_room_and_notices_a_message_that_named_another() {
+        let windows = Arc::new(Semaphore::new(10));
+        let mut both = permits(&[Channel::Email, Channel::Sms], &windows);
+        assert!(
+            both.claimed_as(Channel::Sms),
+            "a message without the header held both"
+        );
+        assert_eq!(
+            windows.available_permits(),
+            8,
+            "the e-mail window's room given back"
+        );
+        let mut named = permits(&[Channel::Email], &windows);
+        assert!(named.claimed_as(Channel::Email));
+        let mut wrong = permits(&[Channel::Email], &windows);
+        assert!(
+            !wrong.claimed_as(Channel::Sms),
+            "the header named e-mail, the intent is SMS"
+        );
+        drop((both, named, wrong));
+        assert_eq!(windows.available_permits(), 10);
     }
 }
