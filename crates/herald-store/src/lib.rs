@@ -118,8 +118,13 @@ pub struct StoreConfig {
 /// A handle on the database: cheap to clone, shared by every task of a role.
 /// An intent's stored channel (`notification_intents.channel`, CHECKed in the schema).
 pub(crate) fn intent_channel(text: &str) -> Result<herald_core::Channel> {
+    stored_channel("notification_intents.channel", text)
+}
+
+/// A channel read from `column` (every channel column is CHECKed in the schema).
+pub(crate) fn stored_channel(column: &str, text: &str) -> Result<herald_core::Channel> {
     text.parse()
-        .map_err(|e| StoreError::Corrupt(format!("notification_intents.channel: {e}")))
+        .map_err(|e| StoreError::Corrupt(format!("{column}: {e}")))
 }
 
 /// An intent's stored state (`notification_intents.state`, CHECKed in the schema).

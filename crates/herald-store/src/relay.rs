@@ -7,13 +7,14 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use uuid::Uuid;
 
-use crate::{Connection, Result, Store, StoreError};
+use crate::{Connection, Result, Store};
 
 /// Due outbox rows, oldest first, skipping rows another relay holds
 /// (outbox_available_at_idx), with their intent's channel. The row carries it (V14); a row
 /// queued before V14 or by an older Herald has none, and only for such a row the intent's
 /// is looked up (notification_intents_pkey, the contents' primary key: one probe; the
-/// outbox's foreign key keeps the intent there). No join: whatever the statistics, the plan reads the due rows and nothing else.
+/// outbox's foreign key keeps the intent there). No join: whatever the statistics, the
+/// plan reads the due rows and nothing else.
 pub(crate) const CLAIM_DUE: &str = "SELECT o.id, o.intent_id, o.trace_context,
             coalesce(o.channel, (SELECT i.channel FROM intent_contents i WHERE i.id = o.intent_id))
      FROM outbox o
@@ -62,10 +63,7 @@ impl<'a> RelayTx<'a> {
                     id: r.get(0),
                     intent_id: r.get(1),
                     trace_context: r.get(2),
-                    channel: r
-                        .get::<_, &str>(3)
-                        .parse()
-                        .map_err(|e| StoreError::Corrupt(format!("outbox.channel: {e}")))?,
+                    channel: crate::stored_channel("outbox.channel", r.get(3))?,
                 })
             })
             .collect()

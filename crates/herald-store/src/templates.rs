@@ -101,12 +101,9 @@ pub(crate) async fn load_active(
     let rows = client.query(&statement, &[]).await?;
     rows.iter()
         .map(|r| {
-            let channel: &str = r.get(1);
             Ok(TemplateRevision {
                 template: r.get(0),
-                channel: channel
-                    .parse()
-                    .map_err(|e| StoreError::Corrupt(format!("templates.channel: {e}")))?,
+                channel: crate::stored_channel("templates.channel", r.get(1))?,
                 locale: r.get(2),
                 revision: r.get(3),
                 subject: r.get(4),
