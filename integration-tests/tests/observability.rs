@@ -117,6 +117,20 @@ async fn one_trace_runs_from_the_producer_to_the_provider_call_and_nothing_leaks
         .filter_map(|s| tag(s, "herald.intent.id")?.as_str().map(str::to_owned))
         .collect();
     assert_eq!(traced, intent_ids, "each attempt span names its intent");
+    // Herald's spans carry what they name, not the trace layer's default extras (a third
+    // of the span bytes; see `trace_layer`): no code location, thread or busy/idle time.
+    for s in &spans {
+        for extra in [
+            "code.file.path",
+            "code.line.number",
+            "thread.name",
+            "thread.id",
+            "busy_ns",
+            "idle_ns",
+        ] {
+            assert_eq!(tag(s, extra), None, "{extra} on {:?}", s["operationName"]);
+        }
+    }
 
     // Nothing of the destination or the body on any span, nor in Herald's own log.
     let bodies: Vec<String> = env

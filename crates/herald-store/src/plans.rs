@@ -17,6 +17,10 @@ pub struct HotStatement {
     /// on its generic plan after the first executions. The others are prepared on every
     /// call and always planned for their values.
     pub prepared: bool,
+    /// Its plan may join tables. A statement without (the relay's claim) reads its table
+    /// alone: a join in its plan fails the check, a sub-plan's probe (an `InitPlan` or
+    /// `SubPlan` for a rare row) does not.
+    pub joins: bool,
     params: fn() -> Vec<Box<dyn ToSql + Sync + Send>>,
 }
 
@@ -42,6 +46,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::ingest::EXISTING_BY_BUSINESS_KEY,
         indexes: &["notification_intents_business_key"],
         prepared: false,
+        joins: true,
         params: || {
             vec![
                 Box::new(texts()),
@@ -56,6 +61,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::ingest::sellers::SELLERS_BY_KEY,
         indexes: &["sellers_pkey"],
         prepared: true,
+        joins: true,
         params: || vec![Box::new(texts()), Box::new(texts())],
     },
     HotStatement {
@@ -63,6 +69,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::relay::CLAIM_DUE,
         indexes: &["outbox_available_at_idx"],
         prepared: true,
+        joins: false,
         params: || vec![Box::new(500i64)],
     },
     HotStatement {
@@ -70,6 +77,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::relay::DELETE_PUBLISHED,
         indexes: &["outbox_pkey"],
         prepared: true,
+        joins: true,
         params: || vec![Box::new(vec![1i64, 2, 3])],
     },
     HotStatement {
@@ -77,6 +85,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::delivery::CLAIM,
         indexes: &["intent_states_pkey"],
         prepared: true,
+        joins: true,
         // The largest batch: the more ids, the nearer a scan of the candidates looks.
         params: || {
             vec![
@@ -93,6 +102,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         // Each partition's primary key (id, started_at), e.g. "notification_attempts_2026_12_pkey".
         indexes: &["_pkey on notification_attempts"],
         prepared: true,
+        joins: true,
         params: || {
             let one = || vec![Some("x".to_owned())];
             vec![
@@ -115,6 +125,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::ingest::holds::OPEN_HOLDS_OF_SELLERS,
         indexes: &["intent_holds_open_seller_idx"],
         prepared: false,
+        joins: true,
         params: || vec![Box::new(texts()), Box::new(texts())],
     },
     HotStatement {
@@ -123,6 +134,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         // The deadline order of the open holds, whatever the decided ones number.
         indexes: &["intent_holds_open_until_idx"],
         prepared: false,
+        joins: true,
         params: || vec![Box::new(500i64)],
     },
     HotStatement {
@@ -130,6 +142,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::ingest::holds::RELEASE,
         indexes: &["intent_states_pkey"],
         prepared: false,
+        joins: true,
         params: || {
             let many = || vec!["k-1".to_owned(); DB_BATCH_MAX];
             vec![
@@ -148,6 +161,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         // decided holds the table keeps.
         indexes: &["intent_holds_open_until_idx", "intent_holds_open_seller_idx"],
         prepared: false,
+        joins: true,
         params: || vec![Box::new(500i64)],
     },
     HotStatement {
@@ -160,6 +174,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
             "notification_intents_state_idx",
         ],
         prepared: true,
+        joins: true,
         params: || vec![Box::new(None::<Vec<Uuid>>), Box::new(500i64)],
     },
     // Evidence: once per provider event, or per intent the silence sweep decides; a backlog
@@ -169,6 +184,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::reconcile::SETTLE,
         indexes: &["intent_states_pkey"],
         prepared: true,
+        joins: true,
         params: || {
             vec![
                 Box::new(Uuid::nil()),
@@ -185,6 +201,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::reconcile::SILENCE_DECIDED,
         indexes: &["intent_states_pkey"],
         prepared: true,
+        joins: true,
         params: || {
             vec![
                 Box::new(Uuid::nil()),
@@ -200,6 +217,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::inspect::INTENT_BY_BUSINESS_KEY,
         indexes: &["notification_intents_business_key"],
         prepared: false,
+        joins: true,
         params: || {
             vec![
                 Box::new("acme".to_owned()),
@@ -215,6 +233,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         // Each partition's index is named after its columns.
         indexes: &["intent_id_attempt_no_idx"],
         prepared: false,
+        joins: true,
         params: || vec![Box::new(Uuid::nil())],
     },
     // Retention: not per event, but hourly on the largest tables, where a sequential scan
@@ -224,6 +243,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::retention::PURGE_CANDIDATES,
         indexes: &["notification_payloads_unpurged_idx"],
         prepared: false,
+        joins: true,
         params: || {
             let cutoff = chrono::Utc::now() - chrono::Duration::days(90);
             vec![
@@ -239,6 +259,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::retention::PURGE_BODIES,
         indexes: &["notification_intents_payload_digest_idx"],
         prepared: false,
+        joins: true,
         params: || vec![Box::new(texts())],
     },
     HotStatement {
@@ -246,6 +267,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::retention::INTENT_CANDIDATES,
         indexes: &["notification_intents_pkey"],
         prepared: false,
+        joins: true,
         params: || {
             let cutoff = chrono::Utc::now() - chrono::Duration::days(730);
             vec![
@@ -261,6 +283,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         sql: crate::retention::DELETE_UNREFERENCED_PAYLOADS,
         indexes: &["notification_intents_payload_digest_idx"],
         prepared: false,
+        joins: true,
         params: || vec![Box::new(texts())],
     },
 ];
@@ -285,6 +308,14 @@ impl HotStatement {
         // Its size is the backlog's: only statements meant to read the live intents may.
         if plan.contains(LIVE_INTENTS) && !self.indexes.contains(&LIVE_INTENTS) {
             return Some(format!("reads {LIVE_INTENTS}, every live intent"));
+        }
+        if !self.joins {
+            if let Some(l) = plan
+                .lines()
+                .find(|l| l.contains(" Join ") || l.contains("Nested Loop"))
+            {
+                return Some(format!("joins another table: {}", l.trim()));
+            }
         }
         plan.lines()
             .find(|l| l.contains("Seq Scan on ") && !l.contains("cost=0.00..0.00 "))
@@ -374,6 +405,16 @@ mod tests {
             "{good}\n  ->  Seq Scan on notification_attempts_default a  (cost=0.00..0.00 rows=1 width=0)"
         );
         assert_eq!(relay.check(&empty_partition), None);
+        // The relay reads the outbox alone: a row's channel is on it (V14); only a row
+        // without one probes its intent, in a sub-plan.
+        let fallback = format!(
+            "{good}\n  SubPlan 1\n    ->  Index Scan using intent_contents_pkey on intent_contents i"
+        );
+        assert_eq!(relay.check(&fallback), None);
+        let joined = "Limit\n  ->  Nested Loop\n        ->  Index Scan using outbox_available_at_idx on outbox o\n        ->  Index Scan using intent_contents_pkey on intent_contents i";
+        assert!(relay.check(joined).unwrap().contains("joins another table"));
+        let hashed = format!("{good}\n  ->  Hash Join  (cost=1.00..2.00 rows=1 width=50)");
+        assert!(relay.check(&hashed).unwrap().contains("joins another table"));
         // A plan that probes by id but also reads the live intents fails; the sweeper may.
         let claim = HOT_STATEMENTS
             .iter()

@@ -1,8 +1,10 @@
-//! What the log layer costs per span: the attempt's two spans (`attempt` and the provider
-//! call, with their fields, one `record` each and one event inside), under Herald's log
+//! What the log and trace layers cost per span: the attempt's two spans (`attempt` and the
+//! provider call, with their fields, one `record` each and one event inside; the attempt's
+//! span entered and left four times, as a future's span is at each poll), under Herald's log
 //! layer (`log_layer`, JSON) and under a JSON log layer that sees spans (as it did before
 //! `EventsOnly`), each alone and beside an OpenTelemetry layer sampling at 0.1 without an
-//! exporter. Writes to a sink; prints microseconds per attempt, 5 rounds.
+//! exporter: `tracing_opentelemetry`'s defaults (as before 2026-12-06) or Herald's
+//! (`trace_layer`). Writes to a sink; prints microseconds per attempt, 5 rounds.
 //!
 //! `cargo bench -p herald-telemetry --bench spans` (release; keep the machine otherwise idle).
 
@@ -17,6 +19,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::Layer;
 
 const ATTEMPTS: u32 = 50_000;
+/// Times the attempt's span is entered: its future's polls (claim room, send, record).
+const POLLS: u32 = 4;
 
 fn attempts() -> f64 {
     let start = Instant::now();
@@ -26,6 +30,9 @@ fn attempts() -> f64 {
             herald.after_unknown = false, herald.outcome = Empty);
         let call = tracing::info_span!(parent: &attempt, "SES SendEmail", otel.kind = "client",
             rpc.system = "aws-api", rpc.service = "SESv2", rpc.method = "SendEmail", herald.outcome = Empty);
+        for _ in 0..POLLS {
+            let _poll = attempt.enter();
+        }
         call.in_scope(|| tracing::debug!(intent_id = %i, "inside the call"));
         call.record("herald.outcome", "accepted");
         attempt.record("herald.outcome", "accepted");
@@ -48,19 +55,33 @@ where
         .with_filter(EnvFilter::new("info"))
 }
 
-/// The OpenTelemetry layer as `Telemetry::init` adds it, sampling at 0.1, or none.
-fn traces<S>(provider: &SdkTracerProvider, on: bool) -> Option<impl Layer<S>>
-where
-    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
-{
-    on.then(|| {
-        tracing_opentelemetry::layer()
-            .with_tracer(provider.tracer("bench"))
-            .with_filter(Targets::new().with_default(tracing::Level::INFO))
-    })
+#[derive(Clone, Copy)]
+enum Traces {
+    Off,
+    /// `tracing_opentelemetry::layer()` with its defaults, as Herald added it before.
+    CrateDefaults,
+    /// Herald's `trace_layer`.
+    Herald,
 }
 
-fn run(herald_layer: bool, traced: bool) -> f64 {
+/// The OpenTelemetry layer, sampling at 0.1, or none.
+fn traces<S>(provider: &SdkTracerProvider, traces: Traces) -> Option<Box<dyn Layer<S> + Send + Sync>>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync,
+{
+    match traces {
+        Traces::Off => None,
+        Traces::CrateDefaults => Some(
+            tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("bench"))
+                .with_filter(Targets::new().with_default(tracing::Level::INFO))
+                .boxed(),
+        ),
+        Traces::Herald => Some(herald_telemetry::trace_layer(provider.tracer("bench")).boxed()),
+    }
+}
+
+fn run(herald_layer: bool, traced: Traces) -> f64 {
     let provider = SdkTracerProvider::builder()
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(0.1))))
         .build();
@@ -81,15 +102,16 @@ fn run(herald_layer: bool, traced: bool) -> f64 {
 fn main() {
     println!("µs per attempt's two spans | log sees spans | Herald's log layer");
     for round in 1..=5 {
-        println!(
-            "round {round}, no traces exported | {:.2} | {:.2}",
-            run(false, false),
-            run(true, false)
-        );
-        println!(
-            "round {round}, traces at 0.1      | {:.2} | {:.2}",
-            run(false, true),
-            run(true, true)
-        );
+        for (name, t) in [
+            ("no traces exported", Traces::Off),
+            ("traces at 0.1, the crate's defaults", Traces::CrateDefaults),
+            ("traces at 0.1, Herald's trace layer", Traces::Herald),
+        ] {
+            println!(
+                "round {round}, {name:<36} | {:.2} | {:.2}",
+                run(false, t),
+                run(true, t)
+            );
+        }
     }
 }

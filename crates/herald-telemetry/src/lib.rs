@@ -20,7 +20,7 @@ use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-pub use logging::{log_layer, routine_kept, routine_lines_sampled_out, LogFormat};
+pub use logging::{log_layer, routine_kept, routine_lines_sampled_out, trace_layer, LogFormat};
 pub use metrics::{Gauges, Metrics, PartitionKey, PartitionSample, Reading};
 pub use settings::{LogSettings, OtelSettings};
 

@@ -24,15 +24,16 @@ pub fn span_context_from(traceparent: &str) -> Option<SpanContext> {
     sc.is_valid().then_some(sc)
 }
 
-/// Makes `traceparent` the parent of `span`. Must be called before the span is first
-/// entered (tracing-opentelemetry 0.34 refuses afterwards); none or a malformed value
-/// leaves the span's parent as it is.
+/// Makes `traceparent` the parent of `span`. Must be called before the span's
+/// OpenTelemetry span starts, which is when a child, [`traceparent_of`] or its close first
+/// needs its context (tracing-opentelemetry 0.34 refuses afterwards; call it before the
+/// span is entered); none or a malformed value leaves the span's parent as it is.
 pub fn set_remote_parent(span: &tracing::Span, traceparent: Option<&str>) {
     let Some(traceparent) = traceparent else {
         return;
     };
     if span_context_from(traceparent).is_some() {
-        // Fails only for a span already entered or not recorded by the OpenTelemetry
+        // Fails only for a span already started or not recorded by the OpenTelemetry
         // layer (tracing disabled): either way the span simply starts its own trace.
         let _ = span.set_parent(context_from(traceparent));
     }

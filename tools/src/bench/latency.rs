@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use chrono::Utc;
 use futures::future::join_all;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -35,7 +35,25 @@ use integration_tests::{seed_orders, EnvOptions, TestEnv};
 
 /// The share of traces Herald exports for the breakdown: enough for percentiles, little
 /// enough that exporting does not weigh on what is measured.
-const TRACE_RATIO: &str = "0.1";
+const TRACE_RATIO: f64 = 0.1;
+
+/// `HERALD_BENCH_TRACE_RATIO` (0 to 1), else [`TRACE_RATIO`]: 1.0 measures the cost of
+/// exporting every span, as Herald does in front of the tail-sampling collector.
+pub fn trace_ratio() -> Result<f64> {
+    match std::env::var("HERALD_BENCH_TRACE_RATIO") {
+        Ok(v) => {
+            let r: f64 = v
+                .parse()
+                .with_context(|| format!("HERALD_BENCH_TRACE_RATIO={v:?}"))?;
+            ensure!(
+                (0.0..=1.0).contains(&r),
+                "HERALD_BENCH_TRACE_RATIO={r}: not between 0 and 1"
+            );
+            Ok(r)
+        }
+        Err(_) => Ok(TRACE_RATIO),
+    }
+}
 
 /// The hops of one notification's path, in order; their sum is the end-to-end time.
 ///
@@ -132,8 +150,9 @@ pub fn percentile(values: &[f64], q: f64) -> f64 {
 pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
     let sink = OtlpSink::start().await?;
     let telemetry = format!(
-        "[telemetry]\ntraces_endpoint = \"{}\"\nsampling_ratio = {TRACE_RATIO}\n",
-        sink.traces_endpoint()
+        "[telemetry]\ntraces_endpoint = \"{}\"\nsampling_ratio = {}\n",
+        sink.traces_endpoint(),
+        trace_ratio()?
     );
     let env = TestEnv::with_options(
         "latency",

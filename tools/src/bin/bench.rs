@@ -629,7 +629,11 @@ fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
             percentile(&all, 0.99)
         )?;
     }
-    write!(md, "\n| traced notifications | whole batches, 10% of them |")?;
+    write!(
+        md,
+        "\n| traced notifications | whole batches, {}% of them |",
+        latency::trace_ratio()? * 100.0
+    )?;
     for s in series {
         write!(md, " {} |", s.runs.iter().map(|r| r.traced).sum::<usize>())?;
     }
