@@ -122,6 +122,7 @@ async fn one_trace_runs_from_the_producer_to_the_provider_call_and_nothing_leaks
     for s in &spans {
         for extra in [
             "code.file.path",
+            "code.module.name",
             "code.line.number",
             "thread.name",
             "thread.id",

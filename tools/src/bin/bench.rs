@@ -320,6 +320,7 @@ async fn main() -> Result<()> {
         "workload": {"events": w.events, "distinct_orders": w.distinct, "duplicates": w.duplicates,
                      "conflicting_reemissions": w.conflicts, "channels_per_event": 2, "sellers": ingest::SELLERS},
         "provider_latency_ms": PROVIDER_LATENCY.as_millis() as u64,
+        "trace_ratio": latency::trace_ratio()?,
         "figures": figures.iter().map(|f| f.to_json()).collect::<Vec<_>>(),
         "delivery": delivery_figs.iter().map(|(n, limit, f)| json!({"in_flight": n, "limit": limit, "median": f.median(),
             "min": f.min(), "max": f.max()})).collect::<Vec<_>>(),
@@ -631,7 +632,7 @@ fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
     }
     write!(
         md,
-        "\n| traced notifications | whole batches, {}% of them |",
+        "\n| traced notifications | whole batches, {:.0}% of them |",
         latency::trace_ratio()? * 100.0
     )?;
     for s in series {
@@ -697,6 +698,7 @@ fn recorded_half_capacity(out: &std::path::Path) -> Option<f64> {
 fn write_latency_only(out: &std::path::Path, quick: bool, series: &[Series], t0: Instant) -> Result<()> {
     let date = chrono::Utc::now().format("%Y-%m-%dT%H%M%SZ").to_string();
     let json = json!({"date": date, "quick": quick, "provider_latency_ms": PROVIDER_LATENCY.as_millis() as u64,
+                      "trace_ratio": latency::trace_ratio()?,
                       "latency": series.iter().map(Series::to_json).collect::<Vec<_>>(),
                       "duration_s": t0.elapsed().as_secs()});
     let mut md = format!(
