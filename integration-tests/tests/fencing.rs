@@ -2,7 +2,8 @@
 //! attempt holds the lease, an `unknown` attempt stays `unknown` whatever arrives later,
 //! a late outcome settles the intent only when no newer attempt was claimed, claims and
 //! records retried after a lost reply change nothing twice, and `not_sent` attempts do not
-//! use up the intent's attempts. Then, end to end: a worker whose turn comes after its
+//! use up the intent's attempts; the intent's two rows keep their invariants, and its payload
+//! and outbox rows their references. Then, end to end: a worker whose turn comes after its
 //! lease deadline sends nothing, and SIGTERM releases the attempts waiting for their turn.
 
 use std::time::Duration;
@@ -17,6 +18,7 @@ use herald_store::Store;
 use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::UniqueSeller;
 use integration_tests::{seed_orders, wait_for, TestEnv};
+use tokio_postgres::error::SqlState;
 use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -137,13 +139,16 @@ async fn expire(env: &TestEnv, store: &Store, p: &ChannelPolicies, id: Uuid) -> 
 /// The constraint `sql` breaks, if PostgreSQL refuses it as a check violation (the deferred
 /// checks run at the statement's implicit commit).
 async fn refused_by(env: &TestEnv, sql: &str) -> Result<String> {
+    refused_with(env, sql, &SqlState::CHECK_VIOLATION).await
+}
+
+/// The constraint named by the error `sql` fails with, which must be `code`.
+async fn refused_with(env: &TestEnv, sql: &str, code: &SqlState) -> Result<String> {
     match env.db.batch_execute(sql).await {
         Ok(()) => bail!("the database took {sql:?}"),
         Err(e) => match e.as_db_error() {
-            Some(db) if db.code() == &tokio_postgres::error::SqlState::CHECK_VIOLATION => {
-                Ok(db.constraint().unwrap_or_default().to_owned())
-            }
-            _ => bail!("{sql}: expected a check violation, got {e:?}"),
+            Some(db) if db.code() == code => Ok(db.constraint().unwrap_or_default().to_owned()),
+            _ => bail!("{sql}: expected {code:?}, got {e:?}"),
         },
     }
 }
@@ -151,12 +156,26 @@ async fn refused_by(env: &TestEnv, sql: &str) -> Result<String> {
 /// SQL: a copy of intent `id` for order `order`, with `consent` and `state`, inserted
 /// through the `notification_intents` view.
 fn copy_through_view(id: Uuid, order: &str, consent: &str, state: &str) -> String {
+    copy_of(
+        id,
+        order,
+        "payload_digest",
+        &format!("'{consent}'"),
+        &format!("'{state}'"),
+    )
+}
+
+/// SQL: a copy of intent `id` for order `order`, inserted through the `notification_intents`
+/// view, with `digest`, `consent` and `state` (SQL expressions over the copied row); a copy
+/// without a digest (held) has no revision either.
+fn copy_of(id: Uuid, order: &str, digest: &str, consent: &str, state: &str) -> String {
     format!(
         "INSERT INTO notification_intents (id, marketplace_id, order_id, event_kind, channel, idempotency_key,
                 request_fingerprint, seller_id, template, template_revision, payload_digest, consent, state,
                 event_id, occurred_at, source_topic, source_partition, source_offset)
          SELECT gen_random_uuid(), marketplace_id, '{order}', event_kind, channel, idempotency_key,
-                request_fingerprint, seller_id, template, template_revision, payload_digest, '{consent}', '{state}',
+                request_fingerprint, seller_id, template, CASE WHEN {digest} IS NOT NULL THEN template_revision END,
+                {digest}, {consent}, {state},
                 event_id, occurred_at, source_topic, source_partition, source_offset
            FROM notification_intents WHERE id = '{id}'"
     )
@@ -255,6 +274,107 @@ async fn the_intent_keeps_its_invariants_across_its_two_tables() -> Result<()> {
         .await?
         .get(0);
     assert_eq!(states, 2, "the deleted intent's state row went with it");
+    Ok(())
+}
+
+/// An intent's payload and its outbox rows refer to rows that exist (the foreign keys
+/// notification_intents_payload_digest_fkey and outbox_intent_id_fkey, which V13 kept
+/// when the intent became two tables): each write below would leave one dangling, and the
+/// database refuses it; the writes that keep them pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_intent_s_payload_and_outbox_rows_refer_to_rows_that_exist() -> Result<()> {
+    let (env, _store) = intents("fencing_references", &["30"]).await?;
+    let id = intent_id(&env, "30", "email").await?;
+    let digest: String = env
+        .db
+        .query_one("SELECT payload_digest FROM intent_contents WHERE id = $1", &[&id])
+        .await?
+        .get(0);
+    const PAYLOAD: &str = "notification_intents_payload_digest_fkey";
+    const OUTBOX: &str = "outbox_intent_id_fkey";
+    let cases = [
+        (
+            copy_of(id, "31", "'no-such-payload'", "consent", "'pending'"),
+            PAYLOAD,
+        ),
+        // A held intent frozen with a payload that is not stored.
+        (
+            format!(
+                "{};
+                 UPDATE intent_states SET state = 'pending'
+                  WHERE intent_id = (SELECT id FROM intent_contents WHERE order_id = '32');
+                 UPDATE intent_contents SET payload_digest = 'no-such-payload', template_revision = template,
+                        consent = 'granted'
+                  WHERE order_id = '32'",
+                copy_of(id, "32", "NULL", "NULL", "'awaiting_profile'")
+            ),
+            PAYLOAD,
+        ),
+        (
+            format!("DELETE FROM notification_payloads WHERE digest = '{digest}'"),
+            PAYLOAD,
+        ),
+        (
+            format!("UPDATE notification_payloads SET digest = 'moved' WHERE digest = '{digest}'"),
+            PAYLOAD,
+        ),
+        (
+            "INSERT INTO outbox (intent_id, channel) VALUES (gen_random_uuid(), 'email')".to_owned(),
+            OUTBOX,
+        ),
+        (
+            format!(
+                "INSERT INTO outbox (intent_id, channel) VALUES ('{id}', 'email');
+                 WITH s AS (DELETE FROM intent_states WHERE intent_id = '{id}')
+                 DELETE FROM intent_contents WHERE id = '{id}'"
+            ),
+            OUTBOX,
+        ),
+    ];
+    for (sql, constraint) in &cases {
+        let sql = format!("BEGIN; {sql}; COMMIT");
+        let refused = refused_with(&env, &sql, &SqlState::FOREIGN_KEY_VIOLATION).await;
+        // A refused statement inside BEGIN leaves the transaction aborted.
+        env.db.batch_execute("ROLLBACK").await?;
+        assert_eq!(refused?, *constraint, "{sql}");
+    }
+    let count = |sql: &'static str| {
+        let db = &env.db;
+        async move { Ok::<i64, anyhow::Error>(db.query_one(sql, &[]).await?.get(0)) }
+    };
+    assert_eq!(
+        count("SELECT count(*) FROM intent_contents").await?,
+        2,
+        "nothing was written"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM outbox").await?,
+        0,
+        "nothing was queued"
+    );
+
+    // What keeps them passes: an outbox row for an intent that exists, an intent deleted
+    // with its outbox row gone first, a payload no intent references deleted.
+    env.db
+        .batch_execute(&format!(
+            "INSERT INTO outbox (intent_id, channel) VALUES ('{id}', 'email');
+             DELETE FROM outbox WHERE intent_id = '{id}';
+             WITH s AS (DELETE FROM intent_states WHERE intent_id = '{id}')
+             DELETE FROM intent_contents WHERE id = '{id}';
+             INSERT INTO notification_payloads (digest, channel, destination, locale, consent, template,
+                    template_revision, subject, body_text, body_html)
+             SELECT 'unreferenced', channel, destination, locale, consent, template, template_revision, subject,
+                    body_text, body_html
+               FROM notification_payloads WHERE digest = '{digest}';
+             DELETE FROM notification_payloads WHERE digest IN ('unreferenced', '{digest}')"
+        ))
+        .await?;
+    assert_eq!(count("SELECT count(*) FROM intent_contents").await?, 1);
+    assert_eq!(
+        count("SELECT count(*) FROM notification_payloads").await?,
+        1,
+        "the deleted intent's payload and the unreferenced one are gone, the other intent's stays"
+    );
     Ok(())
 }
 

@@ -115,7 +115,6 @@ pub struct StoreConfig {
     pub password_file: Option<PathBuf>,
 }
 
-/// A handle on the database: cheap to clone, shared by every task of a role.
 /// An intent's stored channel (`notification_intents.channel`, CHECKed in the schema).
 pub(crate) fn intent_channel(text: &str) -> Result<herald_core::Channel> {
     stored_channel("notification_intents.channel", text)
@@ -133,6 +132,7 @@ pub(crate) fn intent_state(text: &str) -> Result<herald_core::IntentState> {
         .map_err(|e| StoreError::Corrupt(format!("notification_intents.state: {e}")))
 }
 
+/// A handle on the database: cheap to clone, shared by every task of a role.
 #[derive(Clone)]
 pub struct Store {
     pool: Pool,
