@@ -352,6 +352,11 @@ async fn an_intent_s_payload_and_outbox_rows_refer_to_rows_that_exist() -> Resul
         0,
         "nothing was queued"
     );
+    assert_eq!(
+        count("SELECT count(*) FROM notification_payloads").await?,
+        2,
+        "one payload per intent (the digest covers the channel), none deleted"
+    );
 
     // What keeps them passes: an outbox row for an intent that exists, an intent deleted
     // with its outbox row gone first, a payload no intent references deleted.
