@@ -26,7 +26,7 @@ pub struct DeliveryConfig {
     /// How long a claim or record batch waits for company after its first attempt. 2 ms
     /// (the default) lets the answers of one claim's sends, which come back together, share
     /// a commit; 0 waits not at all, and batches form only from what queued during the
-    /// transactions in progress.
+    /// transactions in progress. A record's wait is spent inside `lease_margin_ms`.
     pub db_batch_linger_ms: u64,
     /// A claimed intent's lease. A claimed attempt may wait for its channel's rate, then
     /// for a send slot (at most one attempt timeout), then send (one attempt timeout),
