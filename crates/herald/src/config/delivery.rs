@@ -26,7 +26,8 @@ pub struct DeliveryConfig {
     /// How long a claim or record batch waits for company after its first attempt. 2 ms
     /// (the default) lets the answers of one claim's sends, which come back together, share
     /// a commit; 0 waits not at all, and batches form only from what queued during the
-    /// transactions in progress. A record's wait is spent inside `lease_margin_ms`.
+    /// transactions in progress. A record's wait is spent inside `lease_margin_ms`, so at most
+    /// half of it is accepted.
     pub db_batch_linger_ms: u64,
     /// A claimed intent's lease. A claimed attempt may wait for its channel's rate, then
     /// for a send slot (at most one attempt timeout), then send (one attempt timeout),
@@ -67,6 +68,18 @@ impl DeliveryConfig {
         range("delivery.drain_timeout_ms", self.drain_timeout_ms, 0, 600_000)?;
         range("delivery.lease_secs", self.lease_secs, 1, 86_400)?;
         range("delivery.lease_margin_ms", self.lease_margin_ms, 100, 600_000)?;
+        // A finished attempt's record waits up to the linger before its transaction starts,
+        // all of it inside the margin; past the lease the record is fenced and the intent
+        // waits for the sweep. Half the margin is left for the transaction and scheduling.
+        if self.db_batch_linger_ms * 2 > self.lease_margin_ms {
+            bail!(
+                "delivery.db_batch_linger_ms = {} is more than half of delivery.lease_margin_ms ({} ms): a record \
+                 waits up to the linger inside the margin, which must also hold its transaction; lower the \
+                 linger or raise the margin",
+                self.db_batch_linger_ms,
+                self.lease_margin_ms
+            );
+        }
         Ok(())
     }
 }

@@ -134,6 +134,21 @@ fn a_lease_that_cannot_cover_one_send_at_the_rate_is_refused_naming_the_keys() {
 }
 
 #[test]
+fn a_batch_linger_that_would_eat_the_lease_margin_is_refused_naming_both_keys() {
+    // A record waits up to the linger inside the margin: half of it is the most accepted.
+    let c = load_str("[delivery]\nlease_margin_ms = 3000\ndb_batch_linger_ms = 1500").unwrap();
+    assert_eq!(c.delivery.db_batch_linger_ms, 1500);
+    let e = load_str("[delivery]\nlease_margin_ms = 3000\ndb_batch_linger_ms = 1501").unwrap_err();
+    let e = format!("{e:#}");
+    for key in ["delivery.db_batch_linger_ms", "delivery.lease_margin_ms"] {
+        assert!(e.contains(key), "{key} not named in: {e}");
+    }
+    // Lowering the margin alone can make the default linger too long.
+    assert!(load_str("[delivery]\nlease_margin_ms = 100\ndb_batch_linger_ms = 51").is_err());
+    assert!(load_str("[delivery]\nlease_margin_ms = 100").is_ok());
+}
+
+#[test]
 fn topics_ask_for_two_in_sync_replicas_where_there_are_three() {
     let min_insync = |toml: &str| -> Vec<String> {
         load_str(toml)

@@ -69,3 +69,100 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    use std::sync::Mutex;
+
+    use tokio::time::Instant;
+
+    use super::*;
+
+    // Time is paused in these tests: it moves only when every task waits on a timer, so
+    // `start.elapsed()` is exactly how long `gather` waited.
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    async fn queued(items: std::ops::Range<u32>) -> (mpsc::Sender<u32>, mpsc::Receiver<u32>) {
+        let (tx, rx) = mpsc::channel(64);
+        for i in items {
+            tx.send(i).await.unwrap();
+        }
+        (tx, rx)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_batch_goes_without_waiting_out_the_linger() {
+        let (_tx, mut rx) = queued(0..5).await;
+        let start = Instant::now();
+        assert_eq!(gather(&mut rx, 3, HOUR).await, Some(vec![0, 1, 2]));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_channel_ends_the_wait_at_once_then_the_batches() {
+        let (tx, mut rx) = queued(0..2).await;
+        drop(tx);
+        let start = Instant::now();
+        assert_eq!(gather(&mut rx, 10, HOUR).await, Some(vec![0, 1]));
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "a drain does not wait for company"
+        );
+        assert_eq!(gather(&mut rx, 10, HOUR).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_takes_what_arrives_within_the_linger_and_nothing_later() {
+        let linger = Duration::from_millis(2);
+        let (tx, mut rx) = queued(0..1).await;
+        let sender = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            tx.send(1).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            tx.send(2).await.unwrap();
+            tx
+        });
+        let start = Instant::now();
+        assert_eq!(gather(&mut rx, 10, linger).await, Some(vec![0, 1]));
+        assert_eq!(
+            start.elapsed(),
+            linger,
+            "the linger is waited out from the first item"
+        );
+        let _tx = sender.await.unwrap();
+        assert_eq!(gather(&mut rx, 10, linger).await, Some(vec![2]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_linger_takes_what_is_queued_and_waits_not_at_all() {
+        let (_tx, mut rx) = queued(0..3).await;
+        let start = Instant::now();
+        assert_eq!(gather(&mut rx, 10, Duration::ZERO).await, Some(vec![0, 1, 2]));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_overlap_up_to_the_limit_and_all_finish_before_it_returns() {
+        let (tx, rx) = queued(0..20).await;
+        drop(tx);
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(Mutex::new(Vec::new()));
+        pipelined(rx, 2, Duration::ZERO, |batch| {
+            let (running, most, done) = (running.clone(), most.clone(), done.clone());
+            async move {
+                most.fetch_max(running.fetch_add(1, SeqCst) + 1, SeqCst);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                running.fetch_sub(1, SeqCst);
+                done.lock().unwrap().extend(batch);
+            }
+        })
+        .await;
+        assert_eq!(most.load(SeqCst), CONCURRENT_BATCHES);
+        let mut done = done.lock().unwrap().clone();
+        done.sort_unstable();
+        assert_eq!(done, (0..20).collect::<Vec<_>>(), "every batch ran to its end");
+    }
+}
