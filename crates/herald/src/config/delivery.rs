@@ -69,13 +69,16 @@ impl DeliveryConfig {
         range("delivery.lease_secs", self.lease_secs, 1, 86_400)?;
         range("delivery.lease_margin_ms", self.lease_margin_ms, 100, 600_000)?;
         // A finished attempt's record waits up to the linger before its transaction starts,
-        // all of it inside the margin; past the lease the record is fenced and the intent
-        // waits for the sweep. Half the margin is left for the transaction and scheduling.
+        // all of it inside the margin. A record that lands after the lease may find the
+        // attempt already swept to `unknown` (its outcome is then kept beside it, late; with
+        // `on_unknown = retry` a second send may follow). Half the margin is left for the
+        // transaction and scheduling; a wait for a free record slot and the record's retries
+        // also use it, and no setting bounds those.
         if self.db_batch_linger_ms * 2 > self.lease_margin_ms {
             bail!(
                 "delivery.db_batch_linger_ms = {} is more than half of delivery.lease_margin_ms ({} ms): a record \
-                 waits up to the linger inside the margin, which must also hold its transaction; lower the \
-                 linger or raise the margin",
+                 waits up to the linger inside the margin, which must also hold its transaction, or the sweep may \
+                 record the attempt unknown first; lower the linger or raise the margin",
                 self.db_batch_linger_ms,
                 self.lease_margin_ms
             );

@@ -13,15 +13,22 @@ use tokio::sync::{mpsc, Semaphore};
 
 use crate::retrying::{always, run_with_retries, Schedule, Stage};
 
-/// Receives one item, then whatever else arrives within the linger time, up to `max`.
+/// Receives one item, then whatever else arrives within the linger time, up to `max`. With
+/// no linger, only what is already queued: a timer, even one due now, may fire only at the
+/// timer's next millisecond tick.
 async fn gather<T>(rx: &mut mpsc::Receiver<T>, max: usize, linger: Duration) -> Option<Vec<T>> {
     let first = rx.recv().await?;
     let mut batch = vec![first];
     let deadline = tokio::time::Instant::now() + linger;
     while batch.len() < max {
-        match tokio::time::timeout_at(deadline, rx.recv()).await {
-            Ok(Some(item)) => batch.push(item),
-            Ok(None) | Err(_) => break,
+        let next = if linger.is_zero() {
+            rx.try_recv().ok()
+        } else {
+            tokio::time::timeout_at(deadline, rx.recv()).await.ok().flatten()
+        };
+        match next {
+            Some(item) => batch.push(item),
+            None => break,
         }
     }
     Some(batch)
@@ -114,25 +121,25 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_batch_takes_what_arrives_within_the_linger_and_nothing_later() {
-        let linger = Duration::from_millis(2);
-        let (tx, mut rx) = queued(0..1).await;
+    async fn the_linger_runs_from_the_first_item_and_takes_nothing_later() {
+        let ms = Duration::from_millis;
+        let (tx, mut rx) = mpsc::channel(64);
+        let start = Instant::now();
         let sender = tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            tx.send(1).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(2)).await;
-            tx.send(2).await.unwrap();
+            for (at, item) in [(5, 0), (6, 1), (8, 2)] {
+                tokio::time::sleep_until(start + ms(at)).await;
+                tx.send(item).await.unwrap();
+            }
             tx
         });
-        let start = Instant::now();
-        assert_eq!(gather(&mut rx, 10, linger).await, Some(vec![0, 1]));
+        assert_eq!(gather(&mut rx, 10, ms(2)).await, Some(vec![0, 1]));
         assert_eq!(
             start.elapsed(),
-            linger,
-            "the linger is waited out from the first item"
+            ms(7),
+            "the first item at 5 ms, then 2 ms of linger"
         );
         let _tx = sender.await.unwrap();
-        assert_eq!(gather(&mut rx, 10, linger).await, Some(vec![2]));
+        assert_eq!(gather(&mut rx, 10, ms(2)).await, Some(vec![2]));
     }
 
     #[tokio::test(start_paused = true)]
