@@ -9,6 +9,7 @@ use anyhow::Result;
 use integration_tests::kafka::{produce, producer, read_all, Record};
 use integration_tests::samples::{opted_in_seller, order_event};
 use integration_tests::{wait_for, TestEnv};
+use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
@@ -211,6 +212,89 @@ async fn relay_killed_after_publish_before_delete_republishes_and_loses_nothing(
         twice, 8,
         "the crashed round's messages were published again, the rest once"
     );
+    env.cleanup().await;
+    Ok(())
+}
+
+/// An idempotent producer in librdkafka's fatal state (a broker restart that leaves its
+/// sequence numbers out of step with the broker's can put it there) refuses every record
+/// from then on, and librdkafka never brings it back. The failpoint puts the relay's
+/// producer there before each of its first three rounds publishes: each time the rows it
+/// refuses stay, the round fails and is retried after a growing pause (not at once, which
+/// would spin), the client is replaced, and in the end every row is published, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_in_librdkafkas_fatal_state_is_replaced_and_every_row_published() -> Result<()> {
+    let env = TestEnv::new("relayfatal", "").await?;
+    let _ingest = env.spawn_ingest("ingest", &[])?;
+    seed_orders(&env, 10).await?;
+    let mut relay = env.spawn_roles(
+        "relay",
+        "relay-1",
+        &[
+            ("FAILPOINTS", "relay-producer-fatal=3*return"),
+            ("HERALD_RELAY__BATCH_SIZE", "8"),
+        ],
+    )?;
+    env.wait_count("outbox drained", "SELECT count(*) FROM outbox", 0, WAIT)
+        .await?;
+    let published = deliveries_by_intent(&env)?;
+    let keys: BTreeSet<String> = published.keys().cloned().collect();
+    assert_eq!(keys, pending_intent_ids(&env).await?, "every intent published");
+    assert!(
+        published.values().all(|r| r.len() == 1),
+        "the refused round's records never reached the broker: each message once"
+    );
+    let log = relay.log();
+    // The first send of each round meets the fatal state and replaces the client (the
+    // round's later sends may already go through the new one); the round fails as
+    // transient and is retried after a pause that grows with each failure in a row.
+    let retried: Vec<Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["message"] == "transient failure; retrying")
+        .collect();
+    let retries: Vec<(i64, i64)> = retried
+        .iter()
+        .map(|v| {
+            (
+                v["retry"].as_i64().unwrap_or(0),
+                v["retry_in_ms"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(
+        retries.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [1, 2, 3],
+        "three failed rounds in a row:\n{log}"
+    );
+    assert!(
+        retries.iter().all(|r| r.1 > 0),
+        "each retried after a pause: {retries:?}"
+    );
+    for v in &retried {
+        assert_eq!(v["class"], "producer_fatal");
+        let error = v["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(" delivery messages not acknowledged; they stay in the outbox"),
+            "the round's failure says what stayed and why: {error}"
+        );
+    }
+    let replaced: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("fatal state: replaced by a new client"))
+        .collect();
+    assert_eq!(
+        replaced.len(),
+        3,
+        "the client replaced at each fatal state:\n{log}"
+    );
+    assert!(
+        replaced
+            .iter()
+            .all(|l| l.contains("failpoint relay-producer-fatal")),
+        "with librdkafka's reason: {replaced:?}"
+    );
+    assert!(relay.terminate(WAIT).await?.success());
     env.cleanup().await;
     Ok(())
 }

@@ -145,8 +145,8 @@ fn class_of_code(code: RDKafkaErrorCode) -> ErrorClass {
         | C::UnsupportedCompressionType
         | C::NotConfigured
         | C::NotImplemented => Transient("config"),
-        // The idempotent producer's fatal state: this producer must be recreated (the
-        // process restarts); the input is not at fault.
+        // The idempotent producer's fatal state: the input is not at fault, and the send
+        // that met it replaced the client (`producer`), so a retry goes through a new one.
         C::Fatal | C::Fenced | C::ProducerFenced | C::OutOfOrderSequenceNumber => Transient("producer_fatal"),
         _ => Transient("other"),
     }

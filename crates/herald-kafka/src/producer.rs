@@ -12,8 +12,17 @@
 //! arrives, so the wait bounds only how soon the thread notices that the producer was
 //! dropped: it is not joined then (a drop would block its task for up to a second), and
 //! the process waits for the stopped threads before it exits ([`wait_for_closed`]).
+//!
+//! An idempotent producer can enter librdkafka's fatal state (a sequence number the broker
+//! no longer agrees with, typically after a broker restart): from then on it fails every
+//! record, its own and every later one, and nothing brings it back. The send that sees it
+//! replaces the client with a new one (a new producer id) and returns the error; the
+//! caller's retry goes through the new client. What the old client had not reported
+//! acknowledged is unacknowledged for the caller too (it stays in the outbox, its offsets
+//! unstored), so the new client may publish again a record the broker already held: a
+//! duplicate message, which delivery absorbs, never a loss.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -21,7 +30,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::message::OwnedHeaders;
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientContext;
 use tokio::sync::oneshot;
@@ -60,26 +69,65 @@ impl ProducerContext for Reports {
     }
 }
 
-/// A producer whose sends return once the broker answered. Cheap to clone; the
-/// delivery thread stops within `POLL_WAIT` after the last clone is dropped.
+/// A producer whose sends return once the broker answered. Cheap to clone (the clones
+/// share one client); the delivery thread of a client stops within `POLL_WAIT` after the
+/// last clone is dropped, or after the client was replaced and its last send returned.
 #[derive(Clone)]
 pub struct AckedProducer {
     shared: Arc<Shared>,
 }
 
 struct Shared {
+    /// What each client is created from: the first, and any that replaces it.
+    config: ClientConfig,
+    current: Mutex<Arc<Instance>>,
+    /// Clients replaced after a fatal error.
+    renewals: AtomicU64,
+}
+
+/// One librdkafka client and its delivery thread.
+struct Instance {
     producer: Arc<BaseProducer<Reports>>,
     stop: Arc<AtomicBool>,
 }
 
-impl Drop for Shared {
+impl Drop for Instance {
     /// Failure policy: the thread stops within `POLL_WAIT` and drops the client, which
     /// fails the records still queued (those of sends whose tasks were cancelled: no send
-    /// can be waiting, each borrows the producer). A process that exits before that loses
+    /// can be waiting, each holds the instance). A process that exits before that loses
     /// only records nobody was told were acknowledged: they stay in the outbox, or their
     /// offsets stay unstored.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+    }
+}
+
+impl Instance {
+    /// Creates the client and starts its delivery thread.
+    fn create(config: &ClientConfig) -> Result<Self> {
+        let producer: Arc<BaseProducer<Reports>> = Arc::new(config.create_with_context(Reports)?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let producer = Arc::clone(&producer);
+            let stop = Arc::clone(&stop);
+            thread::Builder::new()
+                .name("herald-producer".to_owned())
+                .spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        producer.poll(POLL_WAIT);
+                    }
+                })?
+        };
+        let mut threads = THREADS.lock().unwrap_or_else(PoisonError::into_inner);
+        // Forget those that finished (a replay's producer each), keep the rest.
+        threads.retain(|t| !t.is_finished());
+        threads.push(thread);
+        Ok(Self { producer, stop })
+    }
+
+    /// librdkafka's fatal error, if the client is in that state (its code and reason).
+    fn fatal(&self) -> Option<(RDKafkaErrorCode, String)> {
+        self.producer.client().fatal_error()
     }
 }
 
@@ -113,32 +161,45 @@ pub fn wait_for_closed(limit: Duration) -> usize {
 impl AckedProducer {
     /// Creates the client and starts its delivery thread.
     pub fn create(config: &ClientConfig) -> Result<Self> {
-        let producer: Arc<BaseProducer<Reports>> = Arc::new(config.create_with_context(Reports)?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let producer = Arc::clone(&producer);
-            let stop = Arc::clone(&stop);
-            thread::Builder::new()
-                .name("herald-producer".to_owned())
-                .spawn(move || {
-                    while !stop.load(Ordering::Acquire) {
-                        producer.poll(POLL_WAIT);
-                    }
-                })?
-        };
-        let mut threads = THREADS.lock().unwrap_or_else(PoisonError::into_inner);
-        // Forget those that finished (a replay's producer each), keep the rest.
-        threads.retain(|t| !t.is_finished());
-        threads.push(thread);
+        let first = Instance::create(config)?;
         Ok(Self {
-            shared: Arc::new(Shared { producer, stop }),
+            shared: Arc::new(Shared {
+                config: config.clone(),
+                current: Mutex::new(Arc::new(first)),
+                renewals: AtomicU64::new(0),
+            }),
         })
     }
 
+    fn current(&self) -> Arc<Instance> {
+        Arc::clone(&self.shared.current.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// How many times the client was replaced after a fatal error.
+    pub fn renewals(&self) -> u64 {
+        self.shared.renewals.load(Ordering::Relaxed)
+    }
+
     /// Produces one record and waits for the broker's answer. A full local queue is
-    /// waited out for up to `QUEUE_TIMEOUT`; any other refusal is returned at once.
+    /// waited out for up to `QUEUE_TIMEOUT`; any other refusal is returned at once. A
+    /// client found in librdkafka's fatal state is replaced before the error is returned.
     pub async fn send(
         &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: Option<&[u8]>,
+        headers: OwnedHeaders,
+    ) -> Answer {
+        let instance = self.current();
+        let answer = Self::send_through(&instance, topic, key, payload, headers).await;
+        if answer.is_err() {
+            self.renew_if_fatal(&instance);
+        }
+        answer
+    }
+
+    async fn send_through(
+        instance: &Instance,
         topic: &str,
         key: Option<&[u8]>,
         payload: Option<&[u8]>,
@@ -155,7 +216,7 @@ impl AckedProducer {
         }
         let start = Instant::now();
         loop {
-            match self.shared.producer.send(record) {
+            match instance.producer.send(record) {
                 Ok(()) => break,
                 Err((RdKafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back))
                     if start.elapsed() < QUEUE_TIMEOUT =>
@@ -168,5 +229,38 @@ impl AckedProducer {
         }
         // A dropped sender means the client went away with the record unanswered.
         rx.await.unwrap_or(Err(RdKafkaError::Canceled))
+    }
+
+    /// Replaces `failed` with a new client if it is in librdkafka's fatal state and still
+    /// the current one (the sends that failed with it together replace it once). Failure
+    /// policy: a crash here loses nothing, the caller was told of no acknowledgement; a
+    /// new client that cannot be created leaves the old one, and the next failed send
+    /// tries again.
+    fn renew_if_fatal(&self, failed: &Arc<Instance>) {
+        let Some((code, reason)) = failed.fatal() else {
+            return;
+        };
+        let mut current = self.shared.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if !Arc::ptr_eq(&current, failed) {
+            return; // another send replaced it already
+        }
+        match Instance::create(&self.shared.config) {
+            Ok(fresh) => {
+                *current = Arc::new(fresh);
+                let renewals = self.shared.renewals.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::error!(code = ?code, reason = %reason, renewals,
+                    "producer in librdkafka's fatal state: replaced by a new client; what it had not acknowledged is sent again");
+            }
+            Err(e) => tracing::error!(code = ?code, reason = %reason, error = %e,
+                "producer in librdkafka's fatal state and no new client could be created; trying again at the next failed send"),
+        }
+    }
+
+    /// Puts the current client in librdkafka's fatal state, as a broker that no longer
+    /// agrees with its sequence numbers would. For the failpoints that test the
+    /// replacement; compiled with `fault-injection` only. Returns whether it took.
+    #[cfg(feature = "fault-injection")]
+    pub fn raise_fatal_error(&self, reason: &str) -> bool {
+        herald_kafka_faults::raise_fatal_error(self.current().producer.client(), reason)
     }
 }

@@ -25,19 +25,24 @@ impl DeliveryPublisher {
         &self.topic
     }
 
+    /// How many times the client was replaced after librdkafka's fatal state.
+    pub fn renewals(&self) -> u64 {
+        self.producer.renewals()
+    }
+
+    /// See [`AckedProducer::raise_fatal_error`]; for the failpoints build only.
+    #[cfg(feature = "fault-injection")]
+    pub fn raise_fatal_error(&self, reason: &str) -> bool {
+        self.producer.raise_fatal_error(reason)
+    }
+
     /// Produces every message and waits for each acknowledgement. Returns, per message,
-    /// whether the broker acknowledged it: only those may be removed from the outbox.
-    pub async fn publish_all(&self, messages: &[DeliveryMessage]) -> Vec<bool> {
+    /// the broker's answer: only the acknowledged may be removed from the outbox.
+    pub async fn publish_all(&self, messages: &[DeliveryMessage]) -> Vec<Result<()>> {
         let sends = messages.iter().map(|m| async move {
             let (id, headers) = m.encode();
             let id = Some(id.as_bytes());
-            match self.producer.send(&self.topic, id, id, headers).await {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::warn!(error = %e, intent_id = %m.intent_id, "delivery message not acknowledged; it stays in the outbox");
-                    false
-                }
-            }
+            Ok(self.producer.send(&self.topic, id, id, headers).await?)
         });
         join_all(sends).await
     }

@@ -126,6 +126,46 @@ pub async fn settle(env: &TestEnv, plan: &Plan, timeout: Duration) -> Result<boo
     Ok(settled.is_ok())
 }
 
+/// What a run that did not settle left behind, for its violation line (CI keeps only the
+/// printed output): the outbox rows still waiting, and each process's warnings and errors
+/// by message, the most frequent first.
+pub async fn unsettled(env: &TestEnv) -> Result<String> {
+    let db = pg_connect(&env.db_url).await?;
+    let outbox: i64 = db.query_one("SELECT count(*) FROM outbox", &[]).await?.get(0);
+    let mut clues = vec![format!("outbox rows {outbox}")];
+    let mut logs: Vec<_> = std::fs::read_dir(&env.dir)?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    for path in logs {
+        let mut by_message: BTreeMap<String, usize> = BTreeMap::new();
+        for line in std::fs::read_to_string(&path)?.lines() {
+            let Ok(v) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let level = v["level"].as_str().unwrap_or_default();
+            if level == "WARN" || level == "ERROR" {
+                let message: String = v["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .chars()
+                    .take(120)
+                    .collect();
+                *by_message.entry(format!("{level} {message}")).or_default() += 1;
+            }
+        }
+        let mut top: Vec<(String, usize)> = by_message.into_iter().collect();
+        top.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        let shown: Vec<String> = top.iter().take(4).map(|(m, n)| format!("{n}x {m}")).collect();
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if !shown.is_empty() {
+            clues.push(format!("{name}: {}", shown.join("; ")));
+        }
+    }
+    Ok(clues.join(" | "))
+}
+
 /// Committed lag of the ingest group (order events, seller profiles) plus the delivery
 /// group (deliveries).
 fn lag(env: &TestEnv) -> Result<i64> {

@@ -141,19 +141,42 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &O
             traceparent,
         })
         .collect();
-    let acked = publisher.publish_all(&messages).await;
+    // The failpoint puts the producer in librdkafka's fatal state (as a broker restart can)
+    // just before this round publishes: every record of the round is refused, the client
+    // is replaced, and the next round publishes them.
+    #[cfg(feature = "failpoints")]
+    if fail::eval("relay-producer-fatal", |_| ()).is_some() {
+        publisher.raise_fatal_error("failpoint relay-producer-fatal");
+    }
+    let answers = publisher.publish_all(&messages).await;
     drop(spans);
-    let published: Vec<i64> = rows
-        .iter()
-        .zip(&acked)
-        .filter(|(_, ok)| **ok)
-        .map(|(r, _)| r.id)
-        .collect();
+    let mut published = Vec::with_capacity(rows.len());
+    let mut refused = None;
+    for (r, answer) in rows.iter().zip(answers) {
+        match answer {
+            Ok(()) => published.push(r.id),
+            Err(e) => {
+                debug!(intent_id = %r.intent_id, error = %e, "delivery message not acknowledged; it stays in the outbox");
+                refused.get_or_insert(e);
+            }
+        }
+    }
     // Failure policy: a crash here, after the broker acknowledged and before the delete
     // commits, leaves the rows to be published again: a duplicate message, never a loss.
     fail::fail_point!("relay-after-publish");
     tx.finish(&published).await?;
     obs.metrics.relay_published(published.len() as u64);
     debug!(claimed = rows.len(), published = published.len(), "relay round");
+    // A refused record fails the round, after the acknowledged rows were deleted: the
+    // caller backs off before the refused rows are claimed again. A broker that refuses at
+    // once (a producer in its fatal state, an unknown topic) would otherwise be asked again
+    // and again without a pause.
+    if let Some(e) = refused {
+        let not_acked = rows.len() - published.len();
+        return Err(anyhow::Error::new(e).context(format!(
+            "{not_acked} of {} delivery messages not acknowledged; they stay in the outbox",
+            rows.len()
+        )));
+    }
     Ok(rows.len())
 }
