@@ -1,7 +1,7 @@
 //! Faults put into a real librdkafka client with librdkafka's own testing calls, for the
-//! failpoints that test how Herald recovers from them. Compiled only into the failpoints
-//! build (`herald/failpoints` turns on `herald-kafka/fault-injection`, the one user); a
-//! release build has no way to call it.
+//! failpoints that test how Herald recovers from them. Linked into Herald only in the
+//! failpoints build (`herald/failpoints` turns on `herald-kafka/fault-injection`, the one
+//! user); a release build has no way to call it.
 
 use std::ffi::CString;
 
@@ -10,7 +10,8 @@ use rdkafka::client::{Client, ClientContext};
 
 /// Puts `client` in librdkafka's fatal state, as an idempotent producer whose sequence
 /// numbers the broker no longer agrees with is put (`OUT_OF_ORDER_SEQUENCE_NUMBER`): from
-/// then on it fails every record, queued or new, and `fatal_error` names `reason`.
+/// then on it refuses every new record and fails the queued ones, and `fatal_error` names
+/// `reason`.
 /// Returns whether librdkafka took it (it refuses when the client is already fatal).
 pub fn raise_fatal_error<C: ClientContext>(client: &Client<C>, reason: &str) -> bool {
     let reason = CString::new(reason.replace('\0', " ")).unwrap_or_default();

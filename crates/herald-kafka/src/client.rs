@@ -101,6 +101,7 @@ impl KafkaSettings {
         c.set("enable.idempotence", "true")
             .set("acks", "all")
             .set("request.required.acks", "all");
+        without_statistics(&mut c);
         c
     }
 
@@ -117,14 +118,23 @@ impl KafkaSettings {
         c.set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed");
+        without_statistics(&mut c);
         c
     }
 
     pub fn admin(&self) -> ClientConfig {
         let mut c = self.base();
         self.pass_through(&mut c);
+        without_statistics(&mut c);
         c
     }
+}
+
+/// Statistics only for the consumers, whose contexts read them (lag): a client without a
+/// reader would log each report whole at INFO (rdkafka's default), every interval, if an
+/// operator's `statistics.interval.ms` reached it through the pass-through.
+fn without_statistics(c: &mut ClientConfig) {
+    c.set("statistics.interval.ms", "0");
 }
 
 #[cfg(test)]
@@ -139,6 +149,7 @@ mod tests {
             properties: [
                 ("session.timeout.ms", "6000"),
                 ("message.timeout.ms", "90000"),
+                ("statistics.interval.ms", "1000"),
                 ("security.protocol", "SASL_SSL"),
                 ("enable.auto.offset.store", "true"),
                 ("isolation.level", "read_uncommitted"),
@@ -158,6 +169,16 @@ mod tests {
         assert_eq!(producer.get("message.timeout.ms"), Some("90000"));
         assert_eq!(producer.get("acks"), Some("all"));
         assert_eq!(producer.get("enable.idempotence"), Some("true"));
+        assert_eq!(
+            (
+                consumer.get("statistics.interval.ms"),
+                producer.get("statistics.interval.ms"),
+                s.admin().get("statistics.interval.ms"),
+                s.reader("g").get("statistics.interval.ms"),
+            ),
+            (Some("1000"), Some("0"), Some("0"), Some("0")),
+            "statistics for the consumers only, whose contexts read them"
+        );
         assert_eq!(s.admin().get("security.protocol"), Some("SASL_SSL"));
         assert_eq!(s.reader("g").get("isolation.level"), Some("read_committed"));
         let tuned = s.consumer(

@@ -148,6 +148,9 @@ fn class_of_code(code: RDKafkaErrorCode) -> ErrorClass {
         // The idempotent producer's fatal state: the input is not at fault, and the send
         // that met it replaced the client (`producer`), so a retry goes through a new one.
         C::Fatal | C::Fenced | C::ProducerFenced | C::OutOfOrderSequenceNumber => Transient("producer_fatal"),
+        // Records a client threw away unsent: what a client in the fatal state does with
+        // its queue (and a client being destroyed with its own).
+        C::PurgeQueue | C::PurgeInflight => Transient("purged"),
         _ => Transient("other"),
     }
 }
@@ -202,6 +205,8 @@ mod tests {
             (C::SaslAuthenticationFailed, "authentication"),
             (C::InvalidConfig, "config"),
             (C::UnknownTopicOrPartition, "unknown_topic"),
+            (C::Fatal, "producer_fatal"),
+            (C::PurgeQueue, "purged"),
             (C::OffsetOutOfRange, "other"),
         ] {
             assert_eq!(produce(code).class(), ErrorClass::Transient(label), "{code:?}");

@@ -14,9 +14,10 @@
 //! the process waits for the stopped threads before it exits ([`wait_for_closed`]).
 //!
 //! An idempotent producer can enter librdkafka's fatal state (a sequence number the broker
-//! no longer agrees with, typically after a broker restart): from then on it fails every
-//! record, its own and every later one, and nothing brings it back. The send that sees it
-//! replaces the client with a new one (a new producer id) and returns the error; the
+//! no longer agrees with, typically after a broker restart): from then on it refuses every
+//! new record, fails those still queued (`PurgeQueue`), and nothing brings it back; only
+//! what it had already sent may still be acknowledged. The send that sees the state
+//! replaces the client with a new one (a new producer id) and returns its error; the
 //! caller's retry goes through the new client. What the old client had not reported
 //! acknowledged is unacknowledged for the caller too (it stays in the outbox, its offsets
 //! unstored), so the new client may publish again a record the broker already held: a
@@ -240,20 +241,29 @@ impl AckedProducer {
         let Some((code, reason)) = failed.fatal() else {
             return;
         };
-        let mut current = self.shared.current.lock().unwrap_or_else(PoisonError::into_inner);
-        if !Arc::ptr_eq(&current, failed) {
+        if !Arc::ptr_eq(&self.current(), failed) {
             return; // another send replaced it already
         }
-        match Instance::create(&self.shared.config) {
-            Ok(fresh) => {
-                *current = Arc::new(fresh);
-                let renewals = self.shared.renewals.fetch_add(1, Ordering::Relaxed) + 1;
-                tracing::error!(code = ?code, reason = %reason, renewals,
-                    "producer in librdkafka's fatal state: replaced by a new client; what it had not acknowledged is sent again");
+        // Created outside the lock (a client's creation may take a while: certificates,
+        // a thread); the lock is held only to swap, and a send that lost the race to
+        // replace the same client drops its spare.
+        let fresh = match Instance::create(&self.shared.config) {
+            Ok(fresh) => Arc::new(fresh),
+            Err(e) => {
+                tracing::error!(code = ?code, reason = %reason, error = %e,
+                    "producer in librdkafka's fatal state and no new client could be created; trying again at the next failed send");
+                return;
             }
-            Err(e) => tracing::error!(code = ?code, reason = %reason, error = %e,
-                "producer in librdkafka's fatal state and no new client could be created; trying again at the next failed send"),
+        };
+        let mut current = self.shared.current.lock().unwrap_or_else(PoisonError::into_inner);
+        if !Arc::ptr_eq(&current, failed) {
+            return;
         }
+        *current = fresh;
+        drop(current);
+        let renewals = self.shared.renewals.fetch_add(1, Ordering::Relaxed) + 1;
+        tracing::error!(code = ?code, reason = %reason, renewals,
+            "producer in librdkafka's fatal state: replaced by a new client; what it had not acknowledged is sent again");
     }
 
     /// Puts the current client in librdkafka's fatal state, as a broker that no longer

@@ -25,11 +25,6 @@ impl DeliveryPublisher {
         &self.topic
     }
 
-    /// How many times the client was replaced after librdkafka's fatal state.
-    pub fn renewals(&self) -> u64 {
-        self.producer.renewals()
-    }
-
     /// See [`AckedProducer::raise_fatal_error`]; for the failpoints build only.
     #[cfg(feature = "fault-injection")]
     pub fn raise_fatal_error(&self, reason: &str) -> bool {

@@ -108,35 +108,37 @@ async fn a_refused_record_is_an_error_with_its_code() {
         .expect("acknowledged");
 }
 
-/// A client in librdkafka's fatal state refuses every record, and librdkafka never brings
-/// it back: the send that meets it replaces the client (once, however many sends fail
-/// with it), and the next send is acknowledged. The state is raised with librdkafka's own
-/// testing call (`fault-injection`, on in the failpoints build `make test` uses).
+/// A client in librdkafka's fatal state refuses every new record and throws its queue
+/// away, and librdkafka never brings it back: the sends that meet it replace the client
+/// once between them, each gets an answer, and the next send is acknowledged. The state
+/// is raised with librdkafka's own testing call (`fault-injection`, on in the failpoints
+/// build `make test` uses).
 #[cfg(feature = "fault-injection")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_in_librdkafkas_fatal_state_is_replaced_once_and_the_next_send_acknowledged() {
     let settings = settings();
     let topic = topic(&settings, "producer-fatal", vec![]).await;
-    let producer = AckedProducer::create(&settings.producer()).unwrap();
-    answer(&producer, &topic, None, Some(b"before"), OwnedHeaders::new())
-        .await
-        .expect("acknowledged");
-    assert!(
-        producer.raise_fatal_error("a test"),
-        "librdkafka took the fatal error"
-    );
+    // A long linger keeps both records queued in the client when the fatal state comes.
+    let mut config = settings.producer();
+    config.set("linger.ms", "2000");
+    let producer = AckedProducer::create(&config).unwrap();
     let clone = producer.clone();
-    let (a, b) = tokio::join!(
-        answer(&producer, &topic, None, Some(b"refused-1"), OwnedHeaders::new()),
-        answer(&clone, &topic, None, Some(b"refused-2"), OwnedHeaders::new()),
+    // `join!` polls in order: both records are queued before the third branch runs.
+    let (a, b, took) = tokio::join!(
+        answer(&producer, &topic, None, Some(b"queued-1"), OwnedHeaders::new()),
+        answer(&clone, &topic, None, Some(b"queued-2"), OwnedHeaders::new()),
+        async { producer.raise_fatal_error("a test") },
     );
-    assert_eq!(
-        a.expect_err("the fatal client refuses"),
-        RdKafkaError::MessageProduction(RDKafkaErrorCode::Fatal)
-    );
-    // The second send started on the fatal client or on its replacement.
-    if let Err(e) = b {
-        assert_eq!(e, RdKafkaError::MessageProduction(RDKafkaErrorCode::Fatal));
+    assert!(took, "librdkafka took the fatal error");
+    for answer in [a, b] {
+        let e = answer.expect_err("a queued record of the fatal client is refused");
+        assert!(
+            matches!(
+                e,
+                RdKafkaError::MessageProduction(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::Fatal)
+            ),
+            "{e:?}"
+        );
     }
     assert_eq!(producer.renewals(), 1, "replaced once, for both sends");
     answer(&clone, &topic, None, Some(b"after"), OwnedHeaders::new())

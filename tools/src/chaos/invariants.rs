@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
+use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -140,8 +141,9 @@ pub async fn unsettled(env: &TestEnv) -> Result<String> {
     logs.sort();
     for path in logs {
         let mut by_message: BTreeMap<String, usize> = BTreeMap::new();
-        for line in std::fs::read_to_string(&path)?.lines() {
-            let Ok(v) = serde_json::from_str::<Value>(line) else {
+        // Line by line: a process that logged in a loop may have left gigabytes.
+        for line in BufReader::new(std::fs::File::open(&path)?).lines() {
+            let Ok(v) = serde_json::from_str::<Value>(&line?) else {
                 continue;
             };
             let level = v["level"].as_str().unwrap_or_default();

@@ -71,6 +71,9 @@ struct Run {
     /// A healthy message's (topic, partition, offset): `finish` also proves that (e)
     /// catches a dead letter of valid input, forged for it.
     dead_letter_canary: Option<(String, i32, i64)>,
+    /// Whether `finish` checks, from the logs, that every producer put in librdkafka's
+    /// fatal state by the failpoint was replaced ([`PRODUCER_FATAL`]).
+    producer_fatal: bool,
 }
 
 /// How a scenario's world is made: its name, its plan, and its configuration.
@@ -182,6 +185,7 @@ impl Setup {
             canary: false,
             fencing_canary: false,
             dead_letter_canary: None,
+            producer_fatal: false,
         };
         Ok((run, fleet))
     }
@@ -386,6 +390,26 @@ impl Run {
                 "the run did not settle within {timeout:?}; left behind: {clues}"
             ));
         }
+        if self.producer_fatal {
+            // Every fatal state the failpoint raised was met by a replacement (a genuine
+            // fatal state, from the broker's restart, adds a replacement of its own).
+            let count = |line: &str| -> usize {
+                fleet
+                    .members
+                    .iter()
+                    .map(|m| m.process.log().matches(line).count())
+                    .sum()
+            };
+            let raised = count("failpoint relay-producer-fatal: producer put in librdkafka's fatal state");
+            let renewals = count("fatal state: replaced by a new client");
+            self.report.fig("producer_fatal", raised);
+            self.report.fig("producer_renewals", renewals);
+            if renewals < raised {
+                self.report.violation(format!(
+                    "producers put in librdkafka's fatal state {raised} times, replaced {renewals} times"
+                ));
+            }
+        }
         self.report.fig("secs", self.started.elapsed().as_secs());
         drop(fleet);
         let report = self.report;
@@ -495,8 +519,8 @@ async fn sigkill(scale: Scale, rng: &mut Rng) -> Result<Report> {
 
 /// The relay's producer put in librdkafka's fatal state, as a broker restart can leave an
 /// idempotent producer (sequence numbers out of step with the broker's): in a tenth of its
-/// rounds, at most three times. Each time the client must be replaced, or its rows stay in
-/// the outbox for good (a run that does not settle).
+/// rounds, at most three times. Each time the client must be replaced (checked from the
+/// logs), or its rows stay in the outbox for good (a run that does not settle).
 const PRODUCER_FATAL: &str = "relay-producer-fatal=10%3*return";
 
 /// The broker stopped and started mid-run (twice in the long version): producers wait,
@@ -523,18 +547,7 @@ async fn broker(scale: Scale, rng: &mut Rng) -> Result<Report> {
     }
     run.report.fig("broker_restarts", restarts);
     run.report.fig("broker_down_s", down.as_secs());
-    // Up to the end of the restarts (the fleet's logs go with `finish`).
-    let renewals: usize = fleet
-        .members
-        .iter()
-        .map(|m| {
-            m.process
-                .log()
-                .matches("fatal state: replaced by a new client")
-                .count()
-        })
-        .sum();
-    run.report.fig("producer_renewals", renewals);
+    run.producer_fatal = true;
     run.finish(fleet, production).await
 }
 

@@ -142,11 +142,16 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &O
         })
         .collect();
     // The failpoint puts the producer in librdkafka's fatal state (as a broker restart can)
-    // just before this round publishes: every record of the round is refused, the client
-    // is replaced, and the next round publishes them.
+    // just before this round publishes: the round's first send is refused and replaces the
+    // client, the later ones go through the new client, and a later round publishes the
+    // refused row.
     #[cfg(feature = "failpoints")]
     if fail::eval("relay-producer-fatal", |_| ()).is_some() {
-        publisher.raise_fatal_error("failpoint relay-producer-fatal");
+        let took = publisher.raise_fatal_error("failpoint relay-producer-fatal");
+        warn!(
+            took,
+            "failpoint relay-producer-fatal: producer put in librdkafka's fatal state"
+        );
     }
     let answers = publisher.publish_all(&messages).await;
     drop(spans);
@@ -167,16 +172,21 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &O
     tx.finish(&published).await?;
     obs.metrics.relay_published(published.len() as u64);
     debug!(claimed = rows.len(), published = published.len(), "relay round");
-    // A refused record fails the round, after the acknowledged rows were deleted: the
-    // caller backs off before the refused rows are claimed again. A broker that refuses at
-    // once (a producer in its fatal state, an unknown topic) would otherwise be asked again
-    // and again without a pause.
+    // A round with every record refused fails, so the caller backs off before the rows are
+    // claimed again: a client that refuses at once (one in librdkafka's fatal state, say)
+    // would otherwise be asked again and again without a pause. A round that published
+    // some is a success with a warning: the refused rows go in a later round, and one row
+    // refused every time cannot slow the others down to the backoff's pace.
     if let Some(e) = refused {
         let not_acked = rows.len() - published.len();
-        return Err(anyhow::Error::new(e).context(format!(
+        let e = anyhow::Error::new(e).context(format!(
             "{not_acked} of {} delivery messages not acknowledged; they stay in the outbox",
             rows.len()
-        )));
+        ));
+        if published.is_empty() {
+            return Err(e);
+        }
+        warn!(error = %format!("{e:#}"), "relay round partly refused");
     }
     Ok(rows.len())
 }
