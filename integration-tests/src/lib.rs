@@ -589,6 +589,21 @@ impl HeraldProcess {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// How many of the log's lines hold each of `needles`, read line by line (a process
+    /// that logged in a loop may have left gigabytes).
+    pub fn count_in_log<const N: usize>(&self, needles: [&str; N]) -> Result<[usize; N]> {
+        use std::io::BufRead;
+        let mut counts = [0; N];
+        let file = std::fs::File::open(&self.log_path)?;
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line?;
+            for (count, needle) in counts.iter_mut().zip(needles) {
+                *count += usize::from(line.contains(needle));
+            }
+        }
+        Ok(counts)
+    }
+
     /// `127.0.0.1:PORT` of this process's admin endpoint (an ephemeral port, read from its
     /// "admin endpoint listening" log line).
     pub async fn admin_addr(&self, timeout: Duration) -> Result<String> {

@@ -123,8 +123,9 @@ async fn a_client_in_librdkafkas_fatal_state_is_replaced_once_and_the_next_send_
     config.set("linger.ms", "2000");
     let producer = AckedProducer::create(&config).unwrap();
     let clone = producer.clone();
-    // `join!` polls in order: both records are queued before the third branch runs.
+    // `biased`: polled in order, so both records are queued before the third branch runs.
     let (a, b, took) = tokio::join!(
+        biased;
         answer(&producer, &topic, None, Some(b"queued-1"), OwnedHeaders::new()),
         answer(&clone, &topic, None, Some(b"queued-2"), OwnedHeaders::new()),
         async { producer.raise_fatal_error("a test") },

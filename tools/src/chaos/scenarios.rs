@@ -393,15 +393,15 @@ impl Run {
         if self.producer_fatal {
             // Every fatal state the failpoint raised was met by a replacement (a genuine
             // fatal state, from the broker's restart, adds a replacement of its own).
-            let count = |line: &str| -> usize {
-                fleet
-                    .members
-                    .iter()
-                    .map(|m| m.process.log().matches(line).count())
-                    .sum()
-            };
-            let raised = count("failpoint relay-producer-fatal: producer put in librdkafka's fatal state");
-            let renewals = count("fatal state: replaced by a new client");
+            let (mut raised, mut renewals) = (0, 0);
+            for m in &fleet.members {
+                let [r, n] = m.process.count_in_log([
+                    "failpoint relay-producer-fatal: producer put in librdkafka's fatal state",
+                    "fatal state: replaced by a new client",
+                ])?;
+                raised += r;
+                renewals += n;
+            }
             self.report.fig("producer_fatal", raised);
             self.report.fig("producer_renewals", renewals);
             if renewals < raised {

@@ -43,7 +43,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         }
         // Outbox rows are Herald's own: nothing in them to isolate, so every failure is
         // retried (a permanent one is logged as an error by `always`).
-        let published = run_with_retries(
+        let round_done = run_with_retries(
             Stage {
                 name: "relay",
                 metrics: &obs.metrics,
@@ -54,10 +54,10 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
             Some(&mut shutdown),
         )
         .await;
-        match published {
-            Ok(n) => {
-                published_total += n as u64;
-                if n as i64 == batch {
+        match round_done {
+            Ok(Round { claimed, published }) => {
+                published_total += published as u64;
+                if claimed as i64 == batch {
                     continue; // more may be due right now
                 }
             }
@@ -104,14 +104,23 @@ async fn requeue_stranded(config: Arc<Config>, store: Store, obs: Obs) {
     }
 }
 
-/// Publishes up to `batch` due rows; returns how many were claimed.
-async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &Obs) -> anyhow::Result<usize> {
+/// What one round did: rows claimed, and of those published (the rest stay queued).
+struct Round {
+    claimed: usize,
+    published: usize,
+}
+
+/// Publishes up to `batch` due rows.
+async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &Obs) -> anyhow::Result<Round> {
     let mut conn = store.conn().await?;
     let tx = RelayTx::begin(&mut conn).await?;
     let rows = tx.claim_due(batch).await?;
     if rows.is_empty() {
         tx.finish(&[]).await?;
-        return Ok(0);
+        return Ok(Round {
+            claimed: 0,
+            published: 0,
+        });
     }
     let ids: Vec<String> = rows.iter().map(|r| r.intent_id.to_string()).collect();
     // `send herald.deliveries` per row, child of the context stored with the row; the
@@ -146,12 +155,10 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &O
     // client, the later ones go through the new client, and a later round publishes the
     // refused row.
     #[cfg(feature = "failpoints")]
-    if fail::eval("relay-producer-fatal", |_| ()).is_some() {
-        let took = publisher.raise_fatal_error("failpoint relay-producer-fatal");
-        warn!(
-            took,
-            "failpoint relay-producer-fatal: producer put in librdkafka's fatal state"
-        );
+    if fail::eval("relay-producer-fatal", |_| ()).is_some()
+        && publisher.raise_fatal_error("failpoint relay-producer-fatal")
+    {
+        warn!("failpoint relay-producer-fatal: producer put in librdkafka's fatal state");
     }
     let answers = publisher.publish_all(&messages).await;
     drop(spans);
@@ -188,5 +195,8 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &O
         }
         warn!(error = %format!("{e:#}"), "relay round partly refused");
     }
-    Ok(rows.len())
+    Ok(Round {
+        claimed: rows.len(),
+        published: published.len(),
+    })
 }
