@@ -10,11 +10,12 @@
 # runtime base is.
 FROM rust:1.95.0-slim-bookworm AS build
 # librdkafka is compiled from source by rdkafka-sys (cmake, a C/C++ compiler); zlib for
-# its compression. Build tools only (nothing of them reaches the image), taken as Debian 12
+# its compression, OpenSSL's headers for its TLS and SASL (the runtime image's libssl3 is
+# what it links; zstd is compiled in). Build tools only (nothing of them reaches the image), taken as Debian 12
 # ships them at build time, so not pinned.
 # hadolint ignore=DL3008
 RUN apt-get update \
- && apt-get install -y --no-install-recommends cmake g++ make zlib1g-dev \
+ && apt-get install -y --no-install-recommends cmake g++ make zlib1g-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -23,7 +24,8 @@ RUN cargo build --release --locked -p herald --bin herald \
  && strip target/release/herald
 
 FROM gcr.io/distroless/cc-debian12:nonroot
-# zlib is the one library the binary links that the cc image lacks.
+# zlib is the one library the binary links that the cc image lacks (libssl3 and
+# libcrypto3 are in it).
 COPY --from=build /usr/lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1
 COPY --from=build /src/target/release/herald /usr/local/bin/herald
 COPY config/herald.example.toml /etc/herald/herald.example.toml

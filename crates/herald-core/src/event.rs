@@ -35,6 +35,9 @@ pub enum DeadLetterReason {
     /// constraint the decoder does not know of): found by bisecting its batch. The detail
     /// names the SQLSTATE.
     StoreRejected,
+    /// A record batch librdkafka could not decode (a codec the build lacks, corrupt data):
+    /// the dead letter names the offsets skipped, which stay in the source topic.
+    Undecodable,
 }
 
 impl DeadLetterReason {
@@ -50,6 +53,7 @@ impl DeadLetterReason {
             DeadLetterReason::TemplateMissing => "template_missing",
             DeadLetterReason::RenderFailed => "render_failed",
             DeadLetterReason::StoreRejected => "store_rejected",
+            DeadLetterReason::Undecodable => "undecodable",
         }
     }
 }

@@ -1,12 +1,15 @@
 //! Topic administration: `herald topics ensure` creates Herald's topics through the Kafka
 //! admin API and reports the ones that already exist with another partition count.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 
+use crate::connect::{metadata_client, Plain};
 use crate::{KafkaError, KafkaSettings, Result};
 
 #[derive(Debug, Clone)]
@@ -32,7 +35,8 @@ pub async fn ensure_topics(
     settings: &KafkaSettings,
     specs: &[TopicSpec],
 ) -> Result<Vec<(String, TopicStatus)>> {
-    let admin: AdminClient<DefaultClientContext> = settings.admin().create()?;
+    let admin = ServedAdmin::create(settings)?;
+    let admin = &admin.client;
     let new: Vec<NewTopic<'_>> = specs
         .iter()
         .map(|s| {
@@ -71,23 +75,83 @@ pub async fn ensure_topics(
     Ok(out)
 }
 
+/// An admin client whose main queue a thread of its own serves while it lives: its
+/// OAUTHBEARER token requests, log lines and errors (rust-rdkafka's `AdminClient` polls only
+/// its results; `herald-kafka-ffi`).
+struct ServedAdmin {
+    client: Arc<AdminClient<Plain>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServedAdmin {
+    fn create(settings: &KafkaSettings) -> Result<Self> {
+        let client: Arc<AdminClient<Plain>> =
+            Arc::new(settings.admin().create_with_context(settings.hooks().wrap(()))?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (client, stop) = (Arc::clone(&client), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("herald-admin-queue".to_owned())
+                .spawn(move || {
+                    while !stop.load(Ordering::Acquire) {
+                        herald_kafka_ffi::serve_main_queue(client.inner(), Duration::from_millis(100));
+                    }
+                })?
+        };
+        Ok(Self {
+            client,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for ServedAdmin {
+    /// Stops serving within one wait (100 ms) and waits for it: the client is destroyed
+    /// only after no thread polls its queue any more.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A long-lived client for readiness checks: can the cluster's metadata be fetched?
 pub struct Probe {
-    client: rdkafka::producer::BaseProducer,
+    client: BaseProducer<Plain>,
+    brokers: String,
 }
 
 impl Probe {
     pub fn new(settings: &KafkaSettings) -> Result<Self> {
         Ok(Self {
-            client: settings.admin().create()?,
+            client: metadata_client(settings)?,
+            brokers: settings.brokers.clone(),
         })
     }
 
     /// Blocking: fetches the metadata of `topic` within `timeout`; names the broker
-    /// error otherwise.
+    /// error otherwise, with the client's last refused credentials or certificate.
     pub fn check(&self, topic: &str, timeout: Duration) -> Result<()> {
-        use rdkafka::producer::Producer;
-        let md = self.client.client().fetch_metadata(Some(topic), timeout)?;
+        // Serves its events first: a token due for refresh, errors to record.
+        self.client.poll(Duration::ZERO);
+        let md = match self.client.client().fetch_metadata(Some(topic), timeout) {
+            Ok(md) => md,
+            Err(e) => {
+                self.client.poll(Duration::ZERO);
+                return Err(
+                    match self.client.context().hooks.report().last_misconfiguration() {
+                        Some(failure) => KafkaError::Connection(crate::connect::Misconfigured {
+                            brokers: self.brokers.clone(),
+                            failure,
+                        }),
+                        None => e.into(),
+                    },
+                );
+            }
+        };
         match md.topics().iter().find(|t| t.name() == topic) {
             Some(t) if t.error().is_none() => Ok(()),
             _ => Err(KafkaError::Topic {

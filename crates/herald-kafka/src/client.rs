@@ -1,9 +1,13 @@
 //! librdkafka configuration shared by every client Herald creates. Extra properties from
-//! the `[kafka.properties]` table (SASL, TLS, tuning) are passed through verbatim.
+//! the `[kafka.properties]` table (tuning) are passed through verbatim; security (TLS, SASL)
+//! comes from [`Security`] and is set after them.
 
 use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
+
+use crate::context::Hooks;
+use crate::security::Security;
 
 /// Why a `[kafka.properties]` key is refused, if it is: the settings that make Herald's
 /// at-least-once promise and its offset discipline (configuration refuses them at load,
@@ -34,7 +38,7 @@ pub fn refused_property(key: &str) -> Option<&'static str> {
             "the producers are idempotent with acks=all: anything less can lose or duplicate a \
              published delivery or dead letter"
         }
-        _ => return None,
+        _ => return crate::security::owned_property(key),
     };
     Some(why)
 }
@@ -46,9 +50,28 @@ pub struct KafkaSettings {
     /// Passed through to every client, after Herald's own settings (so they can override
     /// tuning, never the offset discipline: see [`KafkaSettings::consumer`]).
     pub properties: BTreeMap<String, String>,
+    /// TLS and SASL, set on every client after the pass-through.
+    pub security: Security,
 }
 
 impl KafkaSettings {
+    /// Plain TCP to `brokers`, no properties: the local stack's and the tests' clients.
+    pub fn plaintext(brokers: &str, client_id: &str) -> Self {
+        Self {
+            brokers: brokers.to_owned(),
+            client_id: client_id.to_owned(),
+            properties: BTreeMap::new(),
+            security: Security::default(),
+        }
+    }
+
+    /// The context parts of a new client: its token source (OAUTHBEARER) and a connection
+    /// report of its own. Every client Herald makes is created with them
+    /// ([`crate::context::Hooked`]).
+    pub fn hooks(&self) -> Hooks {
+        Hooks::new(self.security.token_source())
+    }
+
     fn base(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", &self.brokers)
@@ -58,11 +81,13 @@ impl KafkaSettings {
     }
 
     /// The `[kafka.properties]` pass-through, applied after a client's tuning so that an
-    /// operator can change it (a shorter session timeout for faster failover, say).
+    /// operator can change it (a shorter session timeout for faster failover, say), then
+    /// security, which no property changes.
     fn pass_through(&self, c: &mut ClientConfig) {
         for (k, v) in &self.properties {
             c.set(k, v);
         }
+        self.security.apply(c);
     }
 
     /// At-least-once consumer: offsets are stored explicitly after the work is durable and
@@ -150,6 +175,8 @@ mod tests {
                 ("session.timeout.ms", "6000"),
                 ("message.timeout.ms", "90000"),
                 ("statistics.interval.ms", "1000"),
+                // Refused at load (security owns it); were it to get through, security's
+                // own setting wins.
                 ("security.protocol", "SASL_SSL"),
                 ("enable.auto.offset.store", "true"),
                 ("isolation.level", "read_uncommitted"),
@@ -159,10 +186,11 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .collect(),
+            security: crate::security::Security::default(),
         };
         let consumer = s.consumer("g", &[]);
         assert_eq!(consumer.get("session.timeout.ms"), Some("6000"));
-        assert_eq!(consumer.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(consumer.get("security.protocol"), Some("plaintext"));
         assert_eq!(consumer.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(consumer.get("isolation.level"), Some("read_committed"));
         let producer = s.producer();
@@ -179,7 +207,7 @@ mod tests {
             (Some("1000"), Some("0"), Some("0"), Some("0")),
             "statistics for the consumers only, whose contexts read them"
         );
-        assert_eq!(s.admin().get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(s.admin().get("security.protocol"), Some("plaintext"));
         assert_eq!(s.reader("g").get("isolation.level"), Some("read_committed"));
         let tuned = s.consumer(
             "g",
@@ -205,6 +233,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            security: crate::security::Security::default(),
         };
         let operator = with(&[
             ("queued.max.messages.kbytes", "512"),

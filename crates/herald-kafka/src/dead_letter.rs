@@ -32,6 +32,10 @@ pub struct DeadLetter<'a> {
     pub message: &'a OwnedMessage,
     pub reason: &'static str,
     pub detail: String,
+    /// For a run of offsets that could not be decoded (`message` then stands for its first
+    /// offset, with no key or value): one past the last offset skipped, in
+    /// [`DLQ_SOURCE_OFFSET_END`].
+    pub skipped_to: Option<i64>,
 }
 
 #[derive(Clone)]
@@ -81,7 +85,7 @@ impl DeadLetterProducer {
         // so two dead letters that each fit could otherwise be refused together.
         config.set("batch.num.messages", "1");
         Ok(Self {
-            producer: AckedProducer::create(&config)?,
+            producer: AckedProducer::create(&config, settings.hooks())?,
             topic: topic.to_owned(),
             group: group.to_owned(),
         })
@@ -129,6 +133,7 @@ impl DeadLetterProducer {
         let partition = m.partition().to_string();
         let offset = m.offset().to_string();
         let timestamp = m.timestamp().to_millis().map(|t| t.to_string());
+        let skipped_to = l.skipped_to.map(|o| o.to_string());
         let mut own: Vec<(&str, &str)> = vec![
             (DLQ_REASON, l.reason),
             (DLQ_DETAIL, detail.as_str()),
@@ -139,6 +144,9 @@ impl DeadLetterProducer {
         ];
         if let Some(ts) = &timestamp {
             own.push((DLQ_SOURCE_TIMESTAMP, ts.as_str()));
+        }
+        if let Some(end) = &skipped_to {
+            own.push((DLQ_SOURCE_OFFSET_END, end.as_str()));
         }
         if let Some(o) = original {
             let payload = if form == Form::Prefix { "prefix" } else { "omitted" };

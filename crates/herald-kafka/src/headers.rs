@@ -12,6 +12,9 @@ pub const DLQ_DETAIL: &str = "herald-dlq-detail";
 pub const DLQ_SOURCE_TOPIC: &str = "herald-dlq-source-topic";
 pub const DLQ_SOURCE_PARTITION: &str = "herald-dlq-source-partition";
 pub const DLQ_SOURCE_OFFSET: &str = "herald-dlq-source-offset";
+/// Set on the dead letter of a run of offsets that could not be decoded: one past the last
+/// offset skipped (`herald-dlq-source-offset` is the first).
+pub const DLQ_SOURCE_OFFSET_END: &str = "herald-dlq-source-offset-end";
 pub const DLQ_SOURCE_TIMESTAMP: &str = "herald-dlq-source-timestamp";
 pub const DLQ_CONSUMER_GROUP: &str = "herald-dlq-consumer-group";
 /// Set when the dead letter does not carry the original value whole: `prefix` (a bounded

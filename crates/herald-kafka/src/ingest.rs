@@ -8,48 +8,46 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rdkafka::error::KafkaError as RdKafkaError;
+
 use rdkafka::consumer::{Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Headers, OwnedMessage};
-use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
+use crate::context::Hooked;
+use crate::undecodable::{is_undecodable, Prober, Skip, StallWatch};
 use crate::{KafkaSettings, LagStats, Result};
 
-/// Logs assignments and revocations and the outcome of each offset commit; keeps the
-/// consumer lag from librdkafka's statistics.
+/// Logs assignments and revocations and the outcome of each offset commit (the consumer
+/// lag from librdkafka's statistics is kept by the context's hooks).
 pub struct LoggingContext {
     group: String,
-    lag: LagStats,
 }
 
-impl ClientContext for LoggingContext {
-    fn stats(&self, statistics: rdkafka::Statistics) {
-        self.lag.record(&statistics);
-    }
-}
-
-impl ConsumerContext for LoggingContext {
+impl ConsumerContext for Hooked<LoggingContext> {
     fn post_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let group = &self.inner.group;
         match rebalance {
             Rebalance::Assign(tpl) => {
-                info!(group = %self.group, partitions = %describe(tpl), "partitions assigned")
+                info!(group = %group, partitions = %describe(tpl), "partitions assigned")
             }
             Rebalance::Revoke(tpl) => {
-                info!(group = %self.group, partitions = %describe(tpl), "partitions revoked")
+                info!(group = %group, partitions = %describe(tpl), "partitions revoked")
             }
-            Rebalance::Error(e) => warn!(group = %self.group, error = %e, "rebalance error"),
+            Rebalance::Error(e) => warn!(group = %group, error = %e, "rebalance error"),
         }
     }
 
     fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, offsets: &TopicPartitionList) {
         match result {
             Ok(()) => {
-                debug!(group = %self.group, offsets = %describe(offsets), "offsets committed")
+                debug!(group = %self.inner.group, offsets = %describe(offsets), "offsets committed")
             }
             // No stored offset newer than the last commit: nothing to do.
             Err(rdkafka::error::KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
             Err(e) => {
-                warn!(group = %self.group, error = %e, "offset commit failed; it is retried at the next interval")
+                warn!(group = %self.inner.group, error = %e, "offset commit failed; it is retried at the next interval")
             }
         }
     }
@@ -94,13 +92,15 @@ pub fn positions_after(batch: &[OwnedMessage]) -> Vec<Position> {
 }
 
 pub struct BatchConsumer {
-    consumer: StreamConsumer<LoggingContext>,
+    consumer: StreamConsumer<Hooked<LoggingContext>>,
     group: String,
     lag: LagStats,
     /// A message received while gathering a batch that it would have taken over its byte
     /// bound: the first of the next batch. Lost with the process like any prefetched
     /// message (its offset was not stored).
     carried: Mutex<Option<OwnedMessage>>,
+    /// Undecodable-batch errors seen, and the positions when the first was.
+    stalls: Mutex<StallWatch>,
 }
 
 /// The ingest consumer's own tuning, under any `[kafka.properties]`. A full prefetch queue
@@ -144,17 +144,135 @@ impl BatchConsumer {
     ) -> Result<Self> {
         let lag = LagStats::default();
         let config = client_config(settings, group, prefetch_kbytes);
-        let consumer: StreamConsumer<LoggingContext> = config.create_with_context(LoggingContext {
-            group: group.to_owned(),
-            lag: lag.clone(),
-        })?;
+        let hooks = settings.hooks().with_lag(lag.clone());
+        let consumer: StreamConsumer<Hooked<LoggingContext>> =
+            config.create_with_context(hooks.wrap(LoggingContext {
+                group: group.to_owned(),
+            }))?;
         consumer.subscribe(topics)?;
         Ok(Self {
             consumer,
             group: group.to_owned(),
             lag,
             carried: Mutex::new(None),
+            stalls: Mutex::new(StallWatch::default()),
         })
+    }
+
+    /// Every assigned partition's position: the offset after the last message handed out,
+    /// or -1 where none was since the assignment (read from the committed offset when it
+    /// matters, see [`BatchConsumer::find_undecodable`]).
+    fn positions(&self) -> BTreeMap<(String, i32), i64> {
+        let Ok(tpl) = self.consumer.position() else {
+            return BTreeMap::new();
+        };
+        tpl.elements()
+            .iter()
+            .map(|e| {
+                let o = match e.offset() {
+                    Offset::Offset(o) => o,
+                    _ => -1,
+                };
+                ((e.topic().to_owned(), e.partition()), o)
+            })
+            .collect()
+    }
+
+    /// Notes a consumer error: one that says a batch cannot be decoded opens a stall watch.
+    fn note(&self, e: &RdKafkaError) {
+        if let RdKafkaError::MessageConsumption(code) = e {
+            if is_undecodable(*code) {
+                self.stalls
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .saw(*code, || self.positions());
+            }
+        }
+    }
+
+    /// Whether undecodable-batch errors have been coming long enough to look for the
+    /// partition they stall ([`BatchConsumer::find_undecodable`]).
+    pub fn undecodable_due(&self) -> bool {
+        self.stalls.lock().unwrap_or_else(|e| e.into_inner()).due()
+    }
+
+    /// Blocking. The undecodable runs that stall partitions now (see
+    /// [`crate::undecodable`]): a partition whose position stood still since the first
+    /// undecodable error, with messages behind it, read by a reader of its own. Call between
+    /// batches, once every batch handed out is durable: the caller dead-letters each run and
+    /// then moves past it ([`BatchConsumer::skip_past`]).
+    pub fn find_undecodable(&self, settings: &KafkaSettings) -> Result<Vec<Skip>> {
+        let now = self.positions();
+        let mut ends = BTreeMap::new();
+        for (topic, partition) in now.keys() {
+            let (_, high) = self
+                .consumer
+                .fetch_watermarks(topic, *partition, Duration::from_secs(10))?;
+            ends.insert((topic.clone(), *partition), high);
+        }
+        let suspects = self
+            .stalls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .suspects(&now, &ends);
+        if suspects.is_empty() {
+            return Ok(Vec::new());
+        }
+        let prober = Prober::new(settings, &self.group)?;
+        let mut found = Vec::new();
+        for ((topic, partition), position, _) in suspects {
+            let start = match position {
+                -1 => self.start_of(&topic, partition)?,
+                p => p,
+            };
+            let end = ends[&(topic.clone(), partition)];
+            if start >= end {
+                continue;
+            }
+            if let Some(skip) = prober.find(&topic, partition, start, end)? {
+                found.push(skip);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Where the group starts reading a partition it has handed out nothing of: its
+    /// committed offset, else the log start (`auto.offset.reset=earliest`).
+    fn start_of(&self, topic: &str, partition: i32) -> Result<i64> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(topic, partition);
+        let committed = self.consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+        let offset = committed.elements().first().and_then(|e| match e.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        });
+        Ok(match offset {
+            Some(o) => o,
+            None => {
+                self.consumer
+                    .fetch_watermarks(topic, partition, Duration::from_secs(10))?
+                    .0
+            }
+        })
+    }
+
+    /// Blocking. Moves the consumer past `skip` and stores its end as the partition's
+    /// position. Failure policy: call it only once the run's dead letter is acknowledged; a
+    /// crash before the offset is committed finds the run again (a second dead letter
+    /// naming the same offsets, never a loss).
+    pub fn skip_past(&self, skip: &Skip) -> Result<()> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&skip.topic, skip.partition, Offset::Offset(skip.next_offset))?;
+        let sought = self.consumer.seek_partitions(tpl, Duration::from_secs(10))?;
+        if let Some(e) = sought.elements().first().and_then(|e| e.error().err()) {
+            return Err(crate::KafkaError::Client(e));
+        }
+        self.store(&[Position {
+            topic: skip.topic.clone(),
+            partition: skip.partition,
+            next_offset: skip.next_offset,
+        }]);
+        Ok(())
     }
 
     /// Consumer lag per partition, as of librdkafka's last statistics report.
@@ -181,7 +299,13 @@ impl BatchConsumer {
         let carried = self.carried.lock().unwrap_or_else(|e| e.into_inner()).take();
         let first = match carried {
             Some(m) => m,
-            None => self.consumer.recv().await?.detach(),
+            None => match self.consumer.recv().await {
+                Ok(m) => m.detach(),
+                Err(e) => {
+                    self.note(&e);
+                    return Err(e.into());
+                }
+            },
         };
         let mut bytes = message_bytes(&first);
         let mut batch = vec![first];
@@ -203,6 +327,7 @@ impl BatchConsumer {
                     batch.push(m);
                 }
                 Ok(Err(e)) => {
+                    self.note(&e);
                     warn!(group = %self.group, error = %e, "consumer error while gathering a batch");
                     break;
                 }

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::connect::{reader, Plain};
 use crate::producer::AckedProducer;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders};
@@ -55,7 +56,7 @@ pub struct PartitionLag {
     pub head_age_ms: Option<i64>,
 }
 
-fn partitions(consumer: &BaseConsumer, topic: &str, timeout: Duration) -> Result<Vec<i32>> {
+fn partitions(consumer: &BaseConsumer<Plain>, topic: &str, timeout: Duration) -> Result<Vec<i32>> {
     let md = consumer.fetch_metadata(Some(topic), timeout)?;
     let t = md
         .topics()
@@ -88,7 +89,7 @@ pub fn group_lag(
     topics: &[&str],
     timeout: Duration,
 ) -> Result<Vec<PartitionLag>> {
-    let consumer: BaseConsumer = settings.reader(group).create()?;
+    let consumer = reader(settings, group)?;
     let mut tpl = TopicPartitionList::new();
     for topic in topics {
         for p in partitions(&consumer, topic, timeout)? {
@@ -135,7 +136,7 @@ pub fn group_lag(
 
 /// Reads the first message at each assigned position; its timestamp, per partition.
 fn first_timestamps(
-    consumer: &BaseConsumer,
+    consumer: &BaseConsumer<Plain>,
     positions: &TopicPartitionList,
     timeout: Duration,
 ) -> Result<BTreeMap<(String, i32), i64>> {
@@ -168,6 +169,8 @@ pub struct DeadLetterRecord {
     pub source_topic: Option<String>,
     pub source_partition: Option<i32>,
     pub source_offset: Option<i64>,
+    /// For a run of offsets that could not be decoded: one past the last one skipped.
+    pub source_offset_end: Option<i64>,
     pub consumer_group: Option<String>,
     pub key: Option<String>,
     pub payload_bytes: usize,
@@ -191,7 +194,7 @@ pub fn read_dead_letters(
     bound: ReadBound,
     timeout: Duration,
 ) -> Result<(Vec<DeadLetterRecord>, bool)> {
-    let consumer: BaseConsumer = settings.reader("herald-inspect").create()?;
+    let consumer = reader(settings, "herald-inspect")?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = BTreeMap::new();
     for p in partitions(&consumer, topic, timeout)? {
@@ -238,6 +241,7 @@ pub fn read_dead_letters(
             source_topic: h(DLQ_SOURCE_TOPIC),
             source_partition: h(DLQ_SOURCE_PARTITION).and_then(|v| v.parse().ok()),
             source_offset: h(DLQ_SOURCE_OFFSET).and_then(|v| v.parse().ok()),
+            source_offset_end: h(DLQ_SOURCE_OFFSET_END).and_then(|v| v.parse().ok()),
             consumer_group: h(DLQ_CONSUMER_GROUP),
             key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
             payload_bytes: m.payload().map_or(0, <[u8]>::len),
@@ -314,6 +318,9 @@ pub enum ReplayRefusal {
     /// The record carries a prefix of the value or none (`herald-dlq-payload`); the whole
     /// message is at its source offset.
     PartialPayload(String),
+    /// The record names a run of offsets that could not be decoded: there is nothing to
+    /// replay; the records are still at those offsets of the source topic.
+    Undecodable { first: Option<i64>, end: i64 },
 }
 
 impl std::fmt::Display for ReplayRefusal {
@@ -327,6 +334,12 @@ impl std::fmt::Display for ReplayRefusal {
             ReplayRefusal::PartialPayload(p) => write!(
                 f,
                 "the record holds the value's {p}, not the whole message; read it at its source offset"
+            ),
+            ReplayRefusal::Undecodable { first, end } => write!(
+                f,
+                "offsets {}..{end} of the source could not be decoded: nothing to replay; the records \
+                 are still in the source topic, for a build that can decode them",
+                first.map_or_else(|| "?".to_owned(), |o| o.to_string())
             ),
         }
     }
@@ -355,6 +368,12 @@ pub fn replay_target<'r>(r: &'r DeadLetterRecord, ingest_topics: &[&str]) -> Res
     let source = r.source_topic.as_deref().ok_or(ReplayRefusal::NoSourceTopic)?;
     if !ingest_topics.contains(&source) {
         return Err(ReplayRefusal::ForeignTopic(source.to_owned()));
+    }
+    if let Some(end) = r.source_offset_end {
+        return Err(ReplayRefusal::Undecodable {
+            first: r.source_offset,
+            end,
+        });
     }
     if let Some(p) = &r.payload {
         return Err(ReplayRefusal::PartialPayload(p.clone()));
@@ -390,7 +409,7 @@ pub async fn replay(
     if allowed.is_empty() {
         return Ok(report);
     }
-    let producer = AckedProducer::create(&settings.producer())?;
+    let producer = AckedProducer::create(&settings.producer(), settings.hooks())?;
     for (source, r) in allowed {
         let from = format!("{dead_letter_topic}/{}@{}", r.partition, r.offset);
         let mut headers = OwnedHeaders::new();
@@ -427,6 +446,7 @@ mod tests {
             source_topic: source.map(str::to_owned),
             source_partition: Some(1),
             source_offset: Some(2),
+            source_offset_end: None,
             consumer_group: Some("p-herald-ingest".into()),
             key: None,
             payload_bytes: 3,
@@ -435,6 +455,25 @@ mod tests {
             raw_payload: Some(b"{}x".to_vec()),
             headers: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_run_of_undecodable_offsets_is_never_replayed() {
+        let mut r = record(Some("p-order-events"), None);
+        r.raw_payload = None;
+        r.source_offset_end = Some(12);
+        let refusal = replay_target(&r, &["p-order-events"]).unwrap_err();
+        assert_eq!(
+            refusal,
+            ReplayRefusal::Undecodable {
+                first: Some(2),
+                end: 12
+            }
+        );
+        assert!(
+            refusal.to_string().contains("still in the source topic"),
+            "{refusal}"
+        );
     }
 
     #[test]
@@ -479,11 +518,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_record_is_reported_and_nothing_is_produced() {
         // No broker at this address: a produce would fail; refusals alone need none.
-        let settings = KafkaSettings {
-            brokers: "127.0.0.1:1".into(),
-            client_id: "herald-test".into(),
-            properties: Default::default(),
-        };
+        let settings = KafkaSettings::plaintext("127.0.0.1:1", "herald-test");
         let records = [
             record(Some("payments"), None),
             record(Some("p-order-events"), Some("omitted")),

@@ -2,8 +2,8 @@
 //!
 //! | stage | modules |
 //! |---|---|
-//! | every client | `client` (librdkafka settings, `[kafka.properties]`), `producer` (each send awaited until acknowledged), `headers`, `stats` (lag from librdkafka's statistics) |
-//! | ingest | `ingest` (poll batches, offsets stored once the batch is durable), `dead_letter` (poison to `herald.dead-letter`) |
+//! | every client | `client` (librdkafka settings, `[kafka.properties]`), `security` (TLS and SASL), `context` (the one client context: tokens, statistics, connection failures), `token` (OAUTHBEARER sources; AWS MSK IAM in `msk_iam`), `connect` (the start-up check, metadata-only clients), `producer` (each send awaited until acknowledged), `headers`, `stats` (lag from librdkafka's statistics) |
+//! | ingest | `ingest` (poll batches, offsets stored once the batch is durable), `undecodable` (a record batch librdkafka cannot decode: found, for the caller to dead-letter and skip), `dead_letter` (poison to `herald.dead-letter`) |
 //! | relay | `relay` (the publisher of `herald.deliveries`), `deliveries` (its wire form) |
 //! | deliver | `deliver` (many attempts in flight, an outstanding window, revocations that wait; `deliver::tracker`, the contiguous completed prefix per partition), `deliveries` (decoding) |
 //! | operators | `admin` (`herald topics ensure`), `inspect` (`herald lag`, `herald dead-letter list\|replay`) |
@@ -14,15 +14,21 @@
 
 pub mod admin;
 pub mod client;
+pub mod connect;
+pub mod context;
 pub mod dead_letter;
 pub mod deliver;
 pub mod deliveries;
 pub mod headers;
 pub mod ingest;
 pub mod inspect;
+pub mod msk_iam;
 pub mod producer;
 pub mod relay;
+pub mod security;
 pub mod stats;
+pub mod token;
+pub mod undecodable;
 
 pub use client::KafkaSettings;
 pub use dead_letter::{DeadLetter, DeadLetterProducer};
@@ -42,6 +48,9 @@ pub enum KafkaError {
     Topic { topic: String, detail: String },
     #[error("cannot start a client thread (the delivery consumer's poll thread, a producer's delivery thread): {0}")]
     PollThread(#[from] std::io::Error),
+    /// The cluster refused the credentials or the certificate, or no token came.
+    #[error(transparent)]
+    Connection(#[from] connect::Misconfigured),
 }
 
 pub type Result<T, E = KafkaError> = std::result::Result<T, E>;
@@ -64,6 +73,8 @@ impl KafkaError {
             // Missing or broken topic metadata: the deployment, not the input.
             KafkaError::Topic { .. } => ErrorClass::Transient("topic_metadata"),
             KafkaError::PollThread(_) => ErrorClass::Transient("poll_thread"),
+            // An operator fixes it; the same input then goes through.
+            KafkaError::Connection(_) => ErrorClass::Transient("authentication"),
         }
     }
 }

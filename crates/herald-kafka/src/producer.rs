@@ -33,9 +33,9 @@ use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::message::OwnedHeaders;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::ClientContext;
 use tokio::sync::oneshot;
 
+use crate::context::{Hooked, Hooks};
 use crate::Result;
 
 /// How long the delivery thread waits for a report before it looks at the stop flag.
@@ -53,11 +53,9 @@ static THREADS: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 type Answer = std::result::Result<(), RdKafkaError>;
 
 /// Hands each delivery report to the send waiting for it.
-struct Reports;
+pub struct Reports;
 
-impl ClientContext for Reports {}
-
-impl ProducerContext for Reports {
+impl ProducerContext for Hooked<Reports> {
     type DeliveryOpaque = Box<oneshot::Sender<Answer>>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, waiting: Self::DeliveryOpaque) {
@@ -81,6 +79,7 @@ pub struct AckedProducer {
 struct Shared {
     /// What each client is created from: the first, and any that replaces it.
     config: ClientConfig,
+    hooks: Hooks,
     current: Mutex<Arc<Instance>>,
     /// Clients replaced after a fatal error.
     renewals: AtomicU64,
@@ -88,7 +87,7 @@ struct Shared {
 
 /// One librdkafka client and its delivery thread.
 struct Instance {
-    producer: Arc<BaseProducer<Reports>>,
+    producer: Arc<BaseProducer<Hooked<Reports>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -104,9 +103,11 @@ impl Drop for Instance {
 }
 
 impl Instance {
-    /// Creates the client and starts its delivery thread.
-    fn create(config: &ClientConfig) -> Result<Self> {
-        let producer: Arc<BaseProducer<Reports>> = Arc::new(config.create_with_context(Reports)?);
+    /// Creates the client and starts its delivery thread (which also serves its token
+    /// refreshes, see `context`).
+    fn create(config: &ClientConfig, hooks: &Hooks) -> Result<Self> {
+        let producer: Arc<BaseProducer<Hooked<Reports>>> =
+            Arc::new(config.create_with_context(hooks.clone().wrap(Reports))?);
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let producer = Arc::clone(&producer);
@@ -160,12 +161,14 @@ pub fn wait_for_closed(limit: Duration) -> usize {
 }
 
 impl AckedProducer {
-    /// Creates the client and starts its delivery thread.
-    pub fn create(config: &ClientConfig) -> Result<Self> {
-        let first = Instance::create(config)?;
+    /// Creates the client and starts its delivery thread. `hooks`: from
+    /// [`crate::KafkaSettings::hooks`], shared by the clients that replace this one.
+    pub fn create(config: &ClientConfig, hooks: Hooks) -> Result<Self> {
+        let first = Instance::create(config, &hooks)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 config: config.clone(),
+                hooks,
                 current: Mutex::new(Arc::new(first)),
                 renewals: AtomicU64::new(0),
             }),
@@ -247,7 +250,7 @@ impl AckedProducer {
         // Created outside the lock (a client's creation may take a while: certificates,
         // a thread); the lock is held only to swap, and a send that lost the race to
         // replace the same client drops its spare.
-        let fresh = match Instance::create(&self.shared.config) {
+        let fresh = match Instance::create(&self.shared.config, &self.shared.hooks) {
             Ok(fresh) => Arc::new(fresh),
             Err(e) => {
                 tracing::error!(code = ?code, reason = %reason, error = %e,

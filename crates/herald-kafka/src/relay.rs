@@ -16,7 +16,7 @@ pub struct DeliveryPublisher {
 impl DeliveryPublisher {
     pub fn new(settings: &KafkaSettings, topic: &str) -> Result<Self> {
         Ok(Self {
-            producer: AckedProducer::create(&settings.producer())?,
+            producer: AckedProducer::create(&settings.producer(), settings.hooks())?,
             topic: topic.to_owned(),
         })
     }

@@ -34,7 +34,7 @@ async fn answer(
 async fn an_acknowledged_record_is_on_the_topic_as_it_was_sent() {
     let settings = settings();
     let topic = topic(&settings, "producer", vec![]).await;
-    let producer = AckedProducer::create(&settings.producer()).unwrap();
+    let producer = AckedProducer::create(&settings.producer(), settings.hooks()).unwrap();
     let headers = OwnedHeaders::new().insert(Header {
         key: "traceparent",
         value: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
@@ -84,7 +84,7 @@ async fn a_refused_record_is_an_error_with_its_code() {
         vec![("max.message.bytes".into(), "2000".into())],
     )
     .await;
-    let producer = AckedProducer::create(&settings.producer()).unwrap();
+    let producer = AckedProducer::create(&settings.producer(), settings.hooks()).unwrap();
     let big = vec![b'x'; 10_000];
     let refused = answer(&producer, &topic, None, Some(&big), OwnedHeaders::new())
         .await
@@ -121,7 +121,7 @@ async fn a_client_in_librdkafkas_fatal_state_is_replaced_once_and_the_next_send_
     // A long linger keeps both records queued in the client when the fatal state comes.
     let mut config = settings.producer();
     config.set("linger.ms", "2000");
-    let producer = AckedProducer::create(&config).unwrap();
+    let producer = AckedProducer::create(&config, settings.hooks()).unwrap();
     let clone = producer.clone();
     // `biased`: polled in order, so both records are queued before the third branch runs.
     let (a, b, took) = tokio::join!(

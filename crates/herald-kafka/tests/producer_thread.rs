@@ -48,7 +48,7 @@ async fn the_client_closes_after_the_last_clone_and_the_exit_can_wait_for_it() {
     let topic = topic(&settings, "producer-thread", vec![]).await;
     // The topic's admin client is gone with its threads.
     assert_eq!(settle_at(librdkafka, 0).await, 0, "no client before the producer");
-    let producer = AckedProducer::create(&settings.producer()).unwrap();
+    let producer = AckedProducer::create(&settings.producer(), settings.hooks()).unwrap();
     let clone = producer.clone();
     // The thread names itself once it runs.
     assert_eq!(

@@ -161,6 +161,15 @@ fn main() -> ExitCode {
     };
     let scrape = telemetry.scrape_handle();
     let result = runtime.block_on(async move {
+        let mut config = config;
+        // Secrets are read, and an MSK IAM token source started, only for commands that may
+        // use Kafka: check-config validates a file without the secrets it names.
+        if !matches!(cli.command, Command::CheckConfig { .. }) {
+            config
+                .resolve_kafka_security()
+                .await
+                .map_err(|e| e.context("Kafka security ([kafka] security_protocol, tls, sasl)"))?;
+        }
         match cli.command {
             Command::Migrate => commands::migrate::run(&config).await,
             Command::Topics { command } => commands::topics::run(&config, command).await,

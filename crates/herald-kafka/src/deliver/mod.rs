@@ -27,10 +27,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
-use rdkafka::{ClientConfig, ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, warn};
 
+use crate::context::Hooked;
 use crate::deliveries::{DeliveryDecodeError, DeliveryMessage};
 use crate::{KafkaSettings, LagStats, Result};
 use window::Window;
@@ -68,38 +69,32 @@ impl Shared {
     }
 }
 
-/// librdkafka's callbacks: statistics, and the rebalances.
+/// librdkafka's rebalance callbacks (statistics are kept by the context's hooks).
 pub struct ConsumerCallbacks {
     shared: Arc<Shared>,
-    lag: LagStats,
 }
 
-impl ClientContext for ConsumerCallbacks {
-    fn stats(&self, statistics: rdkafka::Statistics) {
-        self.lag.record(&statistics);
-    }
-}
-
-impl ConsumerContext for ConsumerCallbacks {
+impl ConsumerContext for Hooked<ConsumerCallbacks> {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-            self.drain(&partitions);
+            self.inner.drain(&partitions);
         }
     }
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let shared = &self.inner.shared;
         match rebalance {
             Rebalance::Assign(tpl) => {
                 let assigned: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-                self.shared.lock().assign(&assigned);
-                info!(group = %self.shared.group, topic = %self.shared.topic, partitions = ?assigned, "delivery partitions assigned");
+                shared.lock().assign(&assigned);
+                info!(group = %shared.group, topic = %shared.topic, partitions = ?assigned, "delivery partitions assigned");
             }
             Rebalance::Revoke(tpl) => {
                 let revoked: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
-                info!(group = %self.shared.group, topic = %self.shared.topic, partitions = ?revoked, "delivery partitions revoked");
+                info!(group = %shared.group, topic = %shared.topic, partitions = ?revoked, "delivery partitions revoked");
             }
-            Rebalance::Error(e) => warn!(group = %self.shared.group, error = %e, "rebalance error"),
+            Rebalance::Error(e) => warn!(group = %shared.group, error = %e, "rebalance error"),
         }
     }
 }
@@ -136,7 +131,7 @@ impl ConsumerCallbacks {
     }
 }
 
-type Client = BaseConsumer<ConsumerCallbacks>;
+type Client = BaseConsumer<Hooked<ConsumerCallbacks>>;
 
 /// The async side's handle: start and complete work, in the consumer's bookkeeping.
 #[derive(Clone)]
@@ -229,10 +224,10 @@ impl DeliveryConsumer {
         });
         let config = client_config(settings, group);
         let lag = LagStats::default();
-        let consumer: Client = config.create_with_context(ConsumerCallbacks {
+        let hooks = settings.hooks().with_lag(lag.clone());
+        let consumer: Client = config.create_with_context(hooks.wrap(ConsumerCallbacks {
             shared: shared.clone(),
-            lag: lag.clone(),
-        })?;
+        }))?;
         consumer.subscribe(&[topic])?;
         let consumer = Arc::new(consumer);
         let (tx, rx) = mpsc::channel(limits.max_outstanding.max(1));

@@ -4,11 +4,7 @@ use herald_kafka::admin::{ensure_topics, TopicSpec};
 use herald_kafka::KafkaSettings;
 
 pub fn settings() -> KafkaSettings {
-    KafkaSettings {
-        brokers: "127.0.0.1:19092".into(),
-        client_id: "herald-kafka-test".into(),
-        properties: Default::default(),
-    }
+    KafkaSettings::plaintext("127.0.0.1:19092", "herald-kafka-test")
 }
 
 /// A fresh one-partition topic named `it-PREFIX-` and a uuid, with `config`.

@@ -102,6 +102,8 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
             }
         }
     }
+    // A refused password or certificate stops start-up here, naming the broker and why.
+    super::check_kafka(&config).await?;
     let shutdown = Shutdown::install().context("installing signal handlers")?;
     tracing::info!(roles = ?args.roles, version = env!("CARGO_PKG_VERSION"), tracing = obs.tracing, "herald started");
 

@@ -16,6 +16,7 @@ pub enum TopicsCommand {
 pub async fn run(config: &Config, command: TopicsCommand) -> anyhow::Result<()> {
     match command {
         TopicsCommand::Ensure => {
+            super::check_kafka(config).await?;
             let specs = config.topic_specs();
             let results = ensure_topics(&config.kafka_settings(), &specs).await?;
             for (name, status) in results {

@@ -1,13 +1,16 @@
 //! `[kafka]`: brokers, Herald's four topics (names, partitions, how they are created) and the
-//! `[kafka.properties]` pass-through.
+//! `[kafka.properties]` pass-through. How the brokers are reached (TLS, SASL) is in
+//! `kafka_security`.
 
 use std::collections::BTreeMap;
 
 use anyhow::bail;
 use herald_kafka::admin::TopicSpec;
+use herald_kafka::security::Security;
 use herald_kafka::KafkaSettings;
 use serde::{Deserialize, Serialize};
 
+use super::kafka_security::{KafkaSaslConfig, KafkaTlsConfig};
 use super::range;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -15,6 +18,10 @@ use super::range;
 pub struct KafkaConfig {
     pub brokers: String,
     pub client_id: String,
+    /// plaintext, ssl, sasl_plaintext or sasl_ssl.
+    pub security_protocol: String,
+    pub tls: KafkaTlsConfig,
+    pub sasl: KafkaSaslConfig,
     /// Prepended to every topic name and consumer group id (one namespace per
     /// environment or test).
     pub topic_prefix: String,
@@ -99,6 +106,7 @@ impl KafkaConfig {
                 bail!("kafka.properties.\"{key}\" cannot be set: {why}");
             }
         }
+        self.validate_security()?;
         range("kafka.replication_factor", self.replication_factor as u64, 1, 16)?;
         if self.min_insync_replicas != 0 {
             range(
@@ -143,11 +151,13 @@ impl KafkaConfig {
         format!("{}{group}", self.topic_prefix)
     }
 
-    pub fn settings(&self) -> KafkaSettings {
+    /// The clients' settings, with `security` (from [`KafkaConfig::security`]).
+    pub fn settings(&self, security: Security) -> KafkaSettings {
         KafkaSettings {
             brokers: self.brokers.clone(),
             client_id: self.client_id.clone(),
             properties: self.properties.clone(),
+            security,
         }
     }
 

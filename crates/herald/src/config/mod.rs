@@ -17,6 +17,7 @@ mod delivery;
 mod http_ingest;
 mod ingest;
 mod kafka;
+mod kafka_security;
 mod reconcile;
 mod relay;
 mod rendering;
@@ -33,6 +34,7 @@ use herald_core::lease::LeaseBudget;
 use herald_core::retry::RetryPolicy;
 use herald_core::Channel;
 use herald_kafka::admin::TopicSpec;
+use herald_kafka::security::{Protocol, Security};
 use herald_kafka::KafkaSettings;
 use herald_store::StoreConfig;
 use herald_telemetry::{LogSettings, OtelSettings};
@@ -72,6 +74,10 @@ pub struct Config {
     /// None by default: an event kind without a route is skipped and counted.
     #[serde(default)]
     pub routes: Vec<Route>,
+    /// How Kafka is reached, secrets read and token source started
+    /// ([`Config::resolve_kafka_security`]); not configuration itself.
+    #[serde(skip)]
+    kafka_security: Option<Security>,
 }
 
 /// Every default, and the documentation of every key: the example configuration is the
@@ -211,8 +217,28 @@ impl Config {
         self.database.owner_store()
     }
 
+    /// Reads the Kafka secrets and, for MSK IAM, fetches AWS credentials: once, before any
+    /// Kafka client is made (every command but `check-config`).
+    pub async fn resolve_kafka_security(&mut self) -> anyhow::Result<()> {
+        self.kafka_security = Some(self.kafka.security(&self.aws).await?);
+        Ok(())
+    }
+
+    /// The Kafka clients' settings. Plain TCP when security was not resolved, which only a
+    /// plaintext configuration may skip.
     pub fn kafka_settings(&self) -> KafkaSettings {
-        self.kafka.settings()
+        let security = match &self.kafka_security {
+            Some(s) => s.clone(),
+            None => {
+                assert_eq!(
+                    Protocol::parse(&self.kafka.security_protocol),
+                    Some(Protocol::Plaintext),
+                    "Config::resolve_kafka_security must run before Kafka clients are made"
+                );
+                Security::default()
+            }
+        };
+        self.kafka.settings(security)
     }
 
     pub fn topic_specs(&self) -> Vec<TopicSpec> {

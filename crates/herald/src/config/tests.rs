@@ -92,12 +92,111 @@ fn properties_that_would_break_the_offset_discipline_are_refused_naming_the_key(
     assert!(load_str("[kafka.properties]\n\" Auto.Offset.Reset \" = \"latest\"").is_err());
     assert!(load_str("[kafka.properties]\n\"topic.auto.offset.reset\" = \"latest\"").is_err());
     assert!(load_str("[kafka.properties]\n\"topic.acks\" = \"1\"").is_err());
-    // Tuning and security stay settable.
-    let c = load_str(
-        "[kafka.properties]\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = \"6000\"",
-    )
-    .unwrap();
+    // Tuning stays settable.
+    let c = load_str("[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\"ssl.cipher.suites\" = \"x\"")
+        .unwrap();
     assert_eq!(c.kafka.properties.len(), 2);
+}
+
+#[test]
+fn security_properties_are_refused_for_the_keys_that_own_them() {
+    for (key, owner) in [
+        ("security.protocol", "kafka.security_protocol"),
+        ("sasl.mechanisms", "kafka.sasl.mechanism"),
+        ("sasl.password", "password_file"),
+        ("ssl.ca.location", "kafka.tls.ca_file"),
+        ("ssl.key.password", "key_password_file"),
+        ("ssl.endpoint.identification.algorithm", "always verifies"),
+        ("enable.ssl.certificate.verification", "always verifies"),
+        ("enable.sasl.oauthbearer.unsecure.jwt", "kafka.sasl.mechanism"),
+    ] {
+        let e = load_str(&format!("[kafka.properties]\n\"{key}\" = \"x\"")).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains(&format!("kafka.properties.\"{key}\"")) && e.contains(owner),
+            "{key}: {e}"
+        );
+    }
+}
+
+#[test]
+fn kafka_security_that_cannot_work_is_refused_naming_the_key() {
+    let sasl = |extra: &str| {
+        load_str(&format!(
+            "[kafka]\nsecurity_protocol = \"sasl_ssl\"\n[kafka.sasl]\nmechanism = \"scram-sha-512\"\n{extra}"
+        ))
+    };
+    sasl("username = \"herald\"\npassword_file = \"/run/secrets/kafka\"").unwrap();
+    let e = format!(
+        "{:#}",
+        sasl("password_file = \"/run/secrets/kafka\"").unwrap_err()
+    );
+    assert!(e.contains("kafka.sasl.username"), "{e}");
+    let e = format!("{:#}", sasl("username = \"herald\"").unwrap_err());
+    assert!(e.contains("kafka.sasl.password_file"), "{e}");
+    let e = format!(
+        "{:#}",
+        load_str("[kafka]\nsecurity_protocol = \"tls\"").unwrap_err()
+    );
+    assert!(
+        e.contains("kafka.security_protocol") && e.contains("sasl_ssl"),
+        "{e}"
+    );
+    let e = format!(
+        "{:#}",
+        load_str("[kafka.sasl]\nmechanism = \"gssapi\"").unwrap_err()
+    );
+    assert!(
+        e.contains("kafka.sasl.mechanism") && e.contains("scram-sha-512"),
+        "{e}"
+    );
+    let e = format!(
+        "{:#}",
+        load_str("[kafka]\nsecurity_protocol = \"sasl_ssl\"").unwrap_err()
+    );
+    assert!(e.contains("needs kafka.sasl.mechanism"), "{e}");
+    let e = format!(
+        "{:#}",
+        load_str(
+            "[kafka]\nsecurity_protocol = \"sasl_plaintext\"\n[kafka.sasl]\nmechanism = \"aws_msk_iam\""
+        )
+        .unwrap_err()
+    );
+    assert!(e.contains("sasl_ssl"), "{e}");
+    let e = format!(
+        "{:#}",
+        load_str("[kafka.tls]\nca_file = \"/etc/ca.crt\"").unwrap_err()
+    );
+    assert!(e.contains("does not use TLS"), "{e}");
+    load_str("[kafka]\nsecurity_protocol = \"ssl\"\n[kafka.tls]\ncert_file = \"/c\"\nkey_file = \"/k\"")
+        .unwrap();
+    load_str("[kafka]\nsecurity_protocol = \"SASL_SSL\"\n[kafka.sasl]\nmechanism = \"aws_msk_iam\"").unwrap();
+}
+
+/// The secrets are read only when a command is about to use Kafka, from the file or the
+/// environment's value; a file's trailing line break is not part of the password.
+#[tokio::test]
+async fn kafka_secrets_are_read_from_their_files_when_resolved() {
+    let dir = std::env::temp_dir().join(format!("herald-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("password");
+    std::fs::write(&file, "pa ss\n").unwrap();
+    let mut c = load_str(&format!(
+        "[kafka]\nsecurity_protocol = \"sasl_ssl\"\n[kafka.sasl]\nmechanism = \"scram-sha-256\"\nusername = \"u\"\npassword_file = {:?}",
+        file.display().to_string()
+    ))
+    .unwrap();
+    c.resolve_kafka_security().await.unwrap();
+    let settings = c.kafka_settings();
+    let consumer = settings.consumer("g", &[]);
+    assert_eq!(consumer.get("sasl.password"), Some("pa ss"));
+    assert_eq!(consumer.get("sasl.mechanism"), Some("SCRAM-SHA-256"));
+    assert_eq!(consumer.get("security.protocol"), Some("sasl_ssl"));
+    assert!(!format!("{c:?}").contains("pa ss"), "Debug shows no password");
+    std::fs::write(&file, "").unwrap();
+    let e = c.resolve_kafka_security().await.unwrap_err();
+    assert!(format!("{e:#}").contains("is empty"), "{e:#}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

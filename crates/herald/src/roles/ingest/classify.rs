@@ -91,6 +91,7 @@ pub fn dead_letter(m: &OwnedMessage, reason: DeadLetterReason, detail: String) -
         message: m,
         reason: reason.as_str(),
         detail,
+        skipped_to: None,
     }
 }
 

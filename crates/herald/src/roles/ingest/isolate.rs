@@ -96,7 +96,7 @@ fn refused<'m>(
 /// producer falls back to a bounded prefix, then to headers only, for a record the topic
 /// refuses whole; what still fails is the environment's doing (the broker down), and is
 /// retried: the offsets behind these messages are not stored until they are on record.
-async fn produce_dead_letters(
+pub(super) async fn produce_dead_letters(
     ctx: &IngestContext,
     poison: &[DeadLetter<'_>],
     shutdown: &mut Shutdown,

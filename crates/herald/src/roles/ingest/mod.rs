@@ -16,6 +16,7 @@ mod isolate;
 mod plan;
 mod release;
 mod stats;
+mod undecodable;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -82,6 +83,14 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     let max = config.ingest.batch_max_messages;
     let linger = Duration::from_millis(config.ingest.batch_linger_ms);
     'poll: loop {
+        // A batch librdkafka cannot decode stalls its partition until it is skipped.
+        if consumer.undecodable_due()
+            && undecodable::skip_runs(&ctx, &consumer, &settings, &mut shutdown)
+                .await
+                .is_err()
+        {
+            break 'poll;
+        }
         let batch = tokio::select! {
             _ = shutdown.requested() => break 'poll,
             b = consumer.next_batch(max, config.ingest.batch_max_bytes, linger) => b,

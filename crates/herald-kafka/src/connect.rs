@@ -1,0 +1,148 @@
+//! Whether the cluster can be reached as configured, and why not: the start-up check of
+//! `herald run` and the clients that only ask for metadata (readiness, `herald lag`, the
+//! dead-letter reader), each with its token served before it asks.
+//!
+//! A refused password, an untrusted or misnamed certificate and a token source without a
+//! token are an operator's to fix: start-up stops on the first one, within a second or two
+//! of the client's first connection, naming the broker and librdkafka's reason. A cluster
+//! that merely does not answer yet is waited for by the roles, as before.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::producer::{BaseProducer, DeliveryResult, Producer, ProducerContext};
+
+use crate::context::{Failure, FailureKind, Hooked, Hooks};
+use crate::{KafkaSettings, Result};
+
+/// The context of a client with no callbacks of its own.
+pub type Plain = Hooked<()>;
+
+impl ConsumerContext for Plain {}
+
+impl ProducerContext for Plain {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
+}
+
+/// How long a metadata-only client waits for its first token before it asks anyway.
+const TOKEN_WAIT: Duration = Duration::from_secs(5);
+
+/// Polls `poll` until the client has handed librdkafka a token, the token source failed,
+/// or `limit` passed; at once when the client needs none. librdkafka asks for the first
+/// token as the client is created, and connects only once it has one.
+fn serve_first_token(hooks: &Hooks, limit: Duration, poll: impl Fn(Duration)) {
+    if !hooks.needs_token() {
+        return;
+    }
+    let deadline = Instant::now() + limit;
+    while hooks.report().tokens_given() == 0
+        && hooks.report().last_misconfiguration().is_none()
+        && Instant::now() < deadline
+    {
+        poll(Duration::from_millis(20));
+    }
+}
+
+/// A client for metadata requests (a producer that never produces; it does not create
+/// the topics it asks about), its first token served.
+pub fn metadata_client(settings: &KafkaSettings) -> Result<BaseProducer<Plain>> {
+    let mut config = settings.admin();
+    // A metadata request for a topic that does not exist must not create it with the
+    // broker's defaults (where auto-creation is on).
+    config.set("allow.auto.create.topics", "false");
+    let client: BaseProducer<Plain> = config.create_with_context(settings.hooks().wrap(()))?;
+    serve_first_token(&client.context().hooks, TOKEN_WAIT, |d| {
+        client.poll(d);
+    });
+    Ok(client)
+}
+
+/// A consumer that only reads (assigned, never subscribed, never committing) for
+/// `group`, its first token served.
+pub fn reader(settings: &KafkaSettings, group: &str) -> Result<BaseConsumer<Plain>> {
+    let consumer: BaseConsumer<Plain> = settings
+        .reader(group)
+        .create_with_context(settings.hooks().wrap(()))?;
+    serve_first_token(&consumer.context().hooks, TOKEN_WAIT, |d| {
+        // Nothing is assigned yet: the poll serves events and returns no message.
+        let _ = consumer.poll(d);
+    });
+    Ok(consumer)
+}
+
+/// Why the cluster cannot be used as configured.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", describe(brokers, failure))]
+pub struct Misconfigured {
+    pub brokers: String,
+    pub failure: Failure,
+}
+
+fn describe(brokers: &str, f: &Failure) -> String {
+    let (what, keys) = match f.kind {
+        FailureKind::Authentication => (
+            "refused Herald's credentials",
+            "kafka.sasl.mechanism, kafka.sasl.username and the password",
+        ),
+        FailureKind::Tls => (
+            "could not be reached over TLS",
+            "kafka.security_protocol and kafka.tls.ca_file (the broker's certificate must be signed by a trusted CA and name the host in kafka.brokers)",
+        ),
+        FailureKind::Token => ("got no OAUTHBEARER token", "kafka.sasl.mechanism and its credentials"),
+        FailureKind::Transport => ("could not be reached", "kafka.brokers"),
+    };
+    format!("Kafka at {brokers} {what}: {}; check {keys}", f.reason)
+}
+
+/// What the start-up check found.
+#[derive(Debug)]
+pub enum Reachability {
+    /// A broker answered a metadata request.
+    Answered,
+    /// None answered within the limit, for a reason that may pass (a broker restarting,
+    /// a network partition): the roles wait for it.
+    NotYet(Option<Failure>),
+}
+
+/// Asks the cluster for `topic`'s metadata until a broker answers, a misconfiguration is
+/// reported (returned at once, as an error), or `limit` passes.
+pub fn check(settings: &KafkaSettings, topic: &str, limit: Duration) -> Result<Reachability, CheckError> {
+    let client = metadata_client(settings)?;
+    let report = client.context().hooks.report().clone();
+    let deadline = Instant::now() + limit;
+    loop {
+        // Serves the client's events: its errors (recorded in the report) and tokens.
+        client.poll(Duration::ZERO);
+        if let Some(failure) = report.last_misconfiguration() {
+            return Err(CheckError::Misconfigured(Misconfigured {
+                brokers: settings.brokers.clone(),
+                failure,
+            }));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Reachability::NotYet(report.last()));
+        }
+        let ask = left.min(Duration::from_millis(500));
+        if let Ok(md) = client.client().fetch_metadata(Some(topic), ask) {
+            if !md.brokers().is_empty() {
+                return Ok(Reachability::Answered);
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Misconfigured(Misconfigured),
+    #[error(transparent)]
+    Client(#[from] crate::KafkaError),
+}
+
+impl From<rdkafka::error::KafkaError> for CheckError {
+    fn from(e: rdkafka::error::KafkaError) -> Self {
+        CheckError::Client(e.into())
+    }
+}

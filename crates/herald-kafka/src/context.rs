@@ -1,0 +1,312 @@
+//! The context of every librdkafka client Herald makes ([`Hooked`]): its OAUTHBEARER
+//! tokens, its statistics (the consumers' lag), and what it learns about its connections.
+//!
+//! - **Tokens.** librdkafka asks for a token on the client's main queue, before the first
+//!   connection and before each expiry; rust-rdkafka answers it (calling
+//!   `generate_oauth_token` here) only while that client is polled. The consumers and
+//!   producers are polled all the time; the metadata-only clients (readiness, `herald lag`,
+//!   the start-up check) poll before they ask ([`crate::connect`], [`crate::admin`]), and
+//!   the admin client, which rust-rdkafka never polls, is served by `herald-kafka-ffi`.
+//! - **Connection failures.** librdkafka reports a refused password, an untrusted or
+//!   misnamed certificate and a broker it cannot reach as client errors; they are logged at
+//!   ERROR (as rust-rdkafka's default does) and kept in the client's [`ConnectionReport`],
+//!   which the start-up check and readiness read to say why a cluster does not answer.
+
+use std::error::Error;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, UNIX_EPOCH};
+
+use rdkafka::client::OAuthToken;
+use rdkafka::error::KafkaError as RdKafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientContext, Statistics};
+
+use crate::stats::LagStats;
+use crate::token::TokenSource;
+
+/// What a client shares with its context; cheap to clone.
+#[derive(Clone)]
+pub struct Hooks {
+    token: Option<Arc<dyn TokenSource>>,
+    lag: Option<LagStats>,
+    report: Arc<ConnectionReport>,
+}
+
+impl Hooks {
+    pub(crate) fn new(token: Option<Arc<dyn TokenSource>>) -> Self {
+        Self {
+            token,
+            lag: None,
+            report: Arc::default(),
+        }
+    }
+
+    /// The same, with statistics recorded into `lag` (the consumers').
+    pub(crate) fn with_lag(mut self, lag: LagStats) -> Self {
+        self.lag = Some(lag);
+        self
+    }
+
+    pub fn report(&self) -> &Arc<ConnectionReport> {
+        &self.report
+    }
+
+    /// Whether the client authenticates with OAUTHBEARER tokens (and so must be polled
+    /// before it can connect).
+    pub fn needs_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// Wraps a client's own callbacks.
+    pub fn wrap<T>(self, inner: T) -> Hooked<T> {
+        Hooked { hooks: self, inner }
+    }
+}
+
+/// What went wrong with a connection, by what an operator must fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The broker refused the credentials (a wrong password, an unknown user, a mechanism
+    /// it does not enable).
+    Authentication,
+    /// TLS failed: an untrusted certificate, a certificate for another name, no TLS there.
+    Tls,
+    /// The token source had no token to give.
+    Token,
+    /// The broker could not be reached (refused, reset, unresolvable).
+    Transport,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Authentication => "authentication",
+            FailureKind::Tls => "tls",
+            FailureKind::Token => "token",
+            FailureKind::Transport => "transport",
+        }
+    }
+
+    /// The class of a client error by its code; `None` for errors that say nothing about
+    /// the connection. A transport failure whose reason is librdkafka's own hint that the
+    /// listener speaks another protocol (a plaintext client at a TLS port, say) is `Tls`.
+    pub fn of(code: RDKafkaErrorCode, reason: &str) -> Option<Self> {
+        use RDKafkaErrorCode as C;
+        Some(match code {
+            C::BrokerTransportFailure if reason.contains("incorrect security.protocol") => FailureKind::Tls,
+            C::Authentication
+            | C::SaslAuthenticationFailed
+            | C::UnsupportedSASLMechanism
+            | C::IllegalSASLState
+            | C::ClusterAuthorizationFailed => FailureKind::Authentication,
+            C::SSL => FailureKind::Tls,
+            C::BrokerTransportFailure | C::AllBrokersDown | C::Resolve | C::BrokerNotAvailable => {
+                FailureKind::Transport
+            }
+            _ => return None,
+        })
+    }
+
+    /// Whether retrying cannot help until an operator changes something (start-up stops at
+    /// once on these).
+    pub fn is_misconfiguration(self) -> bool {
+        !matches!(self, FailureKind::Transport)
+    }
+}
+
+/// One connection failure: its kind and librdkafka's words (which name the broker).
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub kind: FailureKind,
+    pub reason: String,
+    pub at: Instant,
+}
+
+/// What one client learned about its connections.
+#[derive(Debug, Default)]
+pub struct ConnectionReport {
+    last: Mutex<Option<Failure>>,
+    last_misconfiguration: Mutex<Option<Failure>>,
+    tokens: AtomicU64,
+}
+
+impl ConnectionReport {
+    fn record(&self, kind: FailureKind, reason: &str) {
+        let failure = Failure {
+            kind,
+            reason: reason.to_owned(),
+            at: Instant::now(),
+        };
+        if kind.is_misconfiguration() {
+            *self
+                .last_misconfiguration
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(failure.clone());
+        }
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(failure);
+    }
+
+    /// The last failure of any kind.
+    pub fn last(&self) -> Option<Failure> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The last failure an operator must fix (credentials, certificates, tokens).
+    pub fn last_misconfiguration(&self) -> Option<Failure> {
+        self.last_misconfiguration
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// How many OAUTHBEARER tokens this client handed to librdkafka.
+    pub fn tokens_given(&self) -> u64 {
+        self.tokens.load(Ordering::Relaxed)
+    }
+}
+
+/// A client's own callbacks (`inner`: rebalances, delivery reports, or `()`), with the
+/// hooks every client has. The one `ClientContext` of Herald's clients.
+pub struct Hooked<T> {
+    pub hooks: Hooks,
+    pub inner: T,
+}
+
+impl<T: Send + Sync + 'static> ClientContext for Hooked<T> {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn stats(&self, statistics: Statistics) {
+        if let Some(lag) = &self.hooks.lag {
+            lag.record(&statistics);
+        }
+    }
+
+    fn error(&self, error: RdKafkaError, reason: &str) {
+        if let Some(kind) = error
+            .rdkafka_error_code()
+            .and_then(|c| FailureKind::of(c, reason))
+        {
+            self.hooks.report.record(kind, reason);
+        }
+        // As rust-rdkafka's default context logs them (same target and text), so that a
+        // broker that refuses the password is an ERROR line naming it, at every attempt.
+        tracing::error!(target: "rdkafka::client", "librdkafka: {error}: {reason}");
+    }
+
+    fn generate_oauth_token(&self, _oauthbearer_config: Option<&str>) -> Result<OAuthToken, Box<dyn Error>> {
+        let Some(source) = &self.hooks.token else {
+            // librdkafka asks only when sasl.mechanism is OAUTHBEARER, which Security sets
+            // only with a source: unreachable unless a property got around it.
+            let reason =
+                "sasl.mechanism is OAUTHBEARER but Herald has no token source (kafka.sasl.mechanism)";
+            self.hooks.report.record(FailureKind::Token, reason);
+            return Err(reason.into());
+        };
+        match source.token() {
+            Ok(token) => {
+                self.hooks.report.tokens.fetch_add(1, Ordering::Relaxed);
+                let lifetime_ms = token
+                    .expires_at
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                tracing::debug!(source = source.describe(), principal = %token.principal, lifetime_ms,
+                    "OAUTHBEARER token handed to librdkafka");
+                Ok(OAuthToken {
+                    token: token.value,
+                    principal_name: token.principal,
+                    lifetime_ms,
+                })
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                self.hooks.report.record(FailureKind::Token, &reason);
+                tracing::error!(target: "rdkafka::client", source = source.describe(), error = %reason,
+                    "no OAUTHBEARER token for librdkafka; it asks again shortly, and the client stays unconnected meanwhile");
+                Err(reason.into())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::token::{Token, TokenError};
+    use std::time::{Duration, SystemTime};
+
+    struct Fixed(Option<&'static str>);
+
+    impl TokenSource for Fixed {
+        fn token(&self) -> Result<Token, TokenError> {
+            match self.0 {
+                Some(v) => Ok(Token {
+                    value: v.into(),
+                    principal: "p".into(),
+                    expires_at: UNIX_EPOCH + Duration::from_secs(2_000_000_000),
+                }),
+                None => Err(TokenError {
+                    source_name: "fixed",
+                    detail: "no credentials".into(),
+                }),
+            }
+        }
+        fn describe(&self) -> &'static str {
+            "fixed"
+        }
+    }
+
+    #[test]
+    fn a_token_is_handed_over_with_its_expiry_in_ms_and_a_failure_is_kept() {
+        let ok = Hooks::new(Some(Arc::new(Fixed(Some("tok"))))).wrap(());
+        let t = ok.generate_oauth_token(None).unwrap();
+        assert_eq!((t.token.as_str(), t.lifetime_ms), ("tok", 2_000_000_000_000));
+        assert_eq!(ok.hooks.report().tokens_given(), 1);
+
+        let failing = Hooks::new(Some(Arc::new(Fixed(None)))).wrap(());
+        let Err(e) = failing.generate_oauth_token(None) else {
+            panic!("a token from a source that has none")
+        };
+        assert!(e.to_string().contains("no credentials"), "{e}");
+        let f = failing.hooks.report().last_misconfiguration().unwrap();
+        assert_eq!(f.kind, FailureKind::Token);
+        assert_eq!(failing.hooks.report().tokens_given(), 0);
+        assert!(SystemTime::now() > UNIX_EPOCH);
+    }
+
+    #[test]
+    fn client_errors_are_kept_by_what_an_operator_must_fix() {
+        let c = Hooks::new(None).wrap(());
+        c.error(
+            RdKafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure),
+            "127.0.0.1:1/bootstrap: Connect failed: Connection refused",
+        );
+        assert_eq!(c.hooks.report().last().unwrap().kind, FailureKind::Transport);
+        assert!(c.hooks.report().last_misconfiguration().is_none());
+        c.error(
+            RdKafkaError::Global(RDKafkaErrorCode::Authentication),
+            "sasl_ssl://127.0.0.1:19094/bootstrap: SASL authentication error: invalid credentials",
+        );
+        let f = c.hooks.report().last_misconfiguration().unwrap();
+        assert_eq!(f.kind, FailureKind::Authentication);
+        assert!(f.reason.contains("19094"));
+        c.error(
+            RdKafkaError::Global(RDKafkaErrorCode::SSL),
+            "certificate verify failed",
+        );
+        assert_eq!(
+            c.hooks.report().last_misconfiguration().unwrap().kind,
+            FailureKind::Tls
+        );
+        assert_eq!(
+            FailureKind::of(
+                RDKafkaErrorCode::BrokerTransportFailure,
+                "Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration (connecting to a SSL listener?)"
+            ),
+            Some(FailureKind::Tls)
+        );
+        // An error that says nothing about the connection changes nothing.
+        c.error(RdKafkaError::Global(RDKafkaErrorCode::QueueFull), "queue full");
+        assert_eq!(c.hooks.report().last().unwrap().kind, FailureKind::Tls);
+    }
+}

@@ -1,0 +1,326 @@
+//! Record batches librdkafka cannot decode: a compression codec this build lacks (a future
+//! one), a batch corrupted on the broker's disk. librdkafka reports such a batch as a
+//! consumer error at every fetch and never moves past it, so without this the partition
+//! stalls behind it for good. rust-rdkafka hands Herald the error's code only, without the
+//! partition and offset librdkafka knew, so they are found here:
+//!
+//! 1. **Which partition.** After an undecodable error, positions are compared a while
+//!    apart ([`StallWatch`]): a partition with messages behind its position (lag) whose
+//!    position has not moved is a suspect.
+//! 2. **Confirmed**, by a reader of its own (assigned, never in the group) at that
+//!    position: it gets the same kind of error there, or it reads a message and the
+//!    partition was only slow.
+//! 3. **The batch's end.** A fetch from any offset inside a batch returns the whole batch,
+//!    so a read fails at every offset up to the batch's last and succeeds after it. The
+//!    reader gallops (position + 1, + 2, + 4 ...) until a read succeeds or the high
+//!    watermark is reached, then bisects between the last failure and the first success.
+//!    About 2 log2(records in the batch) reads.
+//!
+//! The result is a [`Skip`]: the topic, partition, offsets and librdkafka's reason, for the
+//! caller to dead-letter before it moves the consumer past them. The records themselves
+//! stay at their offsets in the source topic (until its retention), where a build that can
+//! decode them can read them.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError as RdKafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::connect::{reader, Plain};
+use crate::{KafkaSettings, Result};
+
+/// How long the position of a suspect partition must stand still, with undecodable errors
+/// meanwhile, before it is probed.
+pub const STALL_AFTER: Duration = Duration::from_secs(2);
+/// How long one probe read waits for a message or an error.
+const PROBE_WAIT: Duration = Duration::from_secs(5);
+/// Most probe reads for one batch: enough for 2^30 records.
+const MAX_PROBES: usize = 64;
+
+/// Whether a consumer error with this code means a batch that cannot be decoded here (as
+/// opposed to a connection, a rebalance or the broker's state).
+pub fn is_undecodable(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        // librdkafka: a codec it was built without, or one it does not know (0x5+), or an
+        // unknown message format version.
+        C::NotImplemented
+            // Decompression failed (a corrupt compressed batch).
+            | C::BadCompression
+            // A malformed message, or a CRC mismatch when CRCs are checked.
+            | C::BadMessage
+            | C::InvalidMessage
+            | C::UnsupportedCompressionType
+    )
+}
+
+/// Offsets `first_offset..next_offset` of one partition that were skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip {
+    pub topic: String,
+    pub partition: i32,
+    pub first_offset: i64,
+    /// One past the last offset skipped: where the consumer goes on.
+    pub next_offset: i64,
+    /// librdkafka's code and description (`NotImplemented (Local: Not implemented)`).
+    pub reason: String,
+}
+
+impl Skip {
+    pub fn detail(&self) -> String {
+        format!(
+            "offsets {}..={} of {}/{} could not be decoded by this build of librdkafka ({}): a compression \
+             codec it lacks or a corrupt record batch; the records are still at those offsets in the source topic",
+            self.first_offset,
+            self.next_offset - 1,
+            self.topic,
+            self.partition,
+            self.reason
+        )
+    }
+}
+
+/// A position (or an end) per (topic, partition).
+pub type Positions = BTreeMap<(String, i32), i64>;
+
+/// Undecodable errors seen since the last check, and the positions at the first of them.
+#[derive(Debug, Default)]
+pub struct StallWatch {
+    /// When the first undecodable error was seen, its code, and the positions then.
+    since: Option<(Instant, RDKafkaErrorCode, Positions)>,
+}
+
+impl StallWatch {
+    /// Notes an undecodable error; `positions` is called only for the first of a series.
+    pub fn saw(&mut self, code: RDKafkaErrorCode, positions: impl FnOnce() -> Positions) {
+        if self.since.is_none() {
+            self.since = Some((Instant::now(), code, positions()));
+        }
+    }
+
+    /// Whether a series is open and old enough to look for a stalled partition.
+    pub fn due(&self) -> bool {
+        self.since
+            .as_ref()
+            .is_some_and(|(at, ..)| at.elapsed() >= STALL_AFTER)
+    }
+
+    /// The partitions whose position is the same now as at the series' start and behind
+    /// their high watermark (`ends`), with the error's code; the series is closed.
+    pub fn suspects(
+        &mut self,
+        now: &Positions,
+        ends: &Positions,
+    ) -> Vec<((String, i32), i64, RDKafkaErrorCode)> {
+        let Some((_, code, then)) = self.since.take() else {
+            return Vec::new();
+        };
+        now.iter()
+            .filter(|(tp, pos)| then.get(*tp) == Some(*pos) && ends.get(*tp).is_some_and(|end| *end > **pos))
+            .map(|(tp, pos)| (tp.clone(), *pos, code))
+            .collect()
+    }
+}
+
+/// What one read at an offset found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// A message, at this offset (at or after the one asked for).
+    Message(i64),
+    /// An undecodable batch there.
+    Undecodable(RDKafkaErrorCode),
+    /// Neither within the wait (an unreachable broker, an empty range): no conclusion.
+    Nothing,
+}
+
+/// A reader of its own, for the probe reads.
+pub struct Prober {
+    consumer: BaseConsumer<Plain>,
+}
+
+impl Prober {
+    pub fn new(settings: &KafkaSettings, group: &str) -> Result<Self> {
+        Ok(Self {
+            consumer: reader(settings, group)?,
+        })
+    }
+
+    /// Blocking: reads at `offset` of `topic`/`partition`.
+    fn read(&self, topic: &str, partition: i32, offset: i64) -> Result<Read> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
+        self.consumer.assign(&tpl)?;
+        let deadline = Instant::now() + PROBE_WAIT;
+        while Instant::now() < deadline {
+            match self.consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) if m.partition() == partition && m.offset() >= offset => {
+                    return Ok(Read::Message(m.offset()))
+                }
+                Some(Ok(_)) | None => {}
+                Some(Err(RdKafkaError::MessageConsumption(code))) if is_undecodable(code) => {
+                    return Ok(Read::Undecodable(code))
+                }
+                Some(Err(_)) => {}
+            }
+        }
+        Ok(Read::Nothing)
+    }
+
+    /// Blocking: whether `position` of `topic`/`partition` starts an undecodable run, and
+    /// where the run ends (before `end`, the high watermark). `None`: the partition reads
+    /// fine there, or the reads gave no answer (tried again at the next stall).
+    pub fn find(&self, topic: &str, partition: i32, position: i64, end: i64) -> Result<Option<Skip>> {
+        let code = match self.read(topic, partition, position)? {
+            Read::Undecodable(code) => code,
+            Read::Message(_) | Read::Nothing => return Ok(None),
+        };
+        let mut probe = |offset: i64| self.read(topic, partition, offset);
+        let Some(next_offset) = run_end(position, end, &mut probe)? else {
+            return Ok(None);
+        };
+        Ok(Some(Skip {
+            topic: topic.to_owned(),
+            partition,
+            first_offset: position,
+            next_offset,
+            reason: format!("{code:?} ({code})"),
+        }))
+    }
+}
+
+/// The first offset after the undecodable run that starts at `start` (known undecodable),
+/// before `end` (the high watermark, read as the end of the run when reached): gallop,
+/// then bisect. `None` when a read gave no answer or the reads ran out.
+fn run_end(start: i64, end: i64, read: &mut impl FnMut(i64) -> Result<Read>) -> Result<Option<i64>> {
+    let (mut bad, mut step, mut probes) = (start, 1i64, 0usize);
+    let mut good = loop {
+        let at = bad.saturating_add(step).min(end);
+        if at >= end {
+            break end;
+        }
+        probes += 1;
+        match read(at)? {
+            Read::Undecodable(_) => {
+                bad = at;
+                step = step.saturating_mul(2);
+            }
+            Read::Message(_) => break at,
+            Read::Nothing => return Ok(None),
+        }
+        if probes >= MAX_PROBES {
+            return Ok(None);
+        }
+    };
+    while good - bad > 1 {
+        probes += 1;
+        if probes > MAX_PROBES {
+            return Ok(None);
+        }
+        let mid = bad + (good - bad) / 2;
+        match read(mid)? {
+            Read::Undecodable(_) => bad = mid,
+            Read::Message(_) => good = mid,
+            Read::Nothing => return Ok(None),
+        }
+    }
+    Ok(Some(good))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A partition of batches (first offset, last offset, decodable) and the reads made.
+    fn log(batches: &[(i64, i64, bool)]) -> impl FnMut(i64) -> Result<Read> + '_ {
+        move |at| {
+            // The batch holding `at`, else (a gap) the first after it.
+            let batch = batches
+                .iter()
+                .find(|(first, last, _)| (*first..=*last).contains(&at))
+                .or_else(|| batches.iter().find(|(first, _, _)| *first > at));
+            Ok(match batch {
+                Some((first, _, true)) => Read::Message(at.max(*first)),
+                Some((_, _, false)) => Read::Undecodable(RDKafkaErrorCode::NotImplemented),
+                None => Read::Nothing,
+            })
+        }
+    }
+
+    #[test]
+    fn the_run_ends_where_the_next_decodable_batch_starts() {
+        // One bad batch of 10 in the middle, a good one after it.
+        let batches = [(0, 9, true), (10, 19, false), (20, 29, true)];
+        assert_eq!(run_end(10, 30, &mut log(&batches)).unwrap(), Some(20));
+        // The bad batch is the last: the run ends at the high watermark.
+        assert_eq!(run_end(10, 20, &mut log(&batches[..2])).unwrap(), Some(20));
+        // A batch of one record.
+        let one = [(5, 5, false), (6, 6, true)];
+        assert_eq!(run_end(5, 7, &mut log(&one)).unwrap(), Some(6));
+        // Two bad batches in a row are one run.
+        let two = [(0, 99, false), (100, 499, false), (500, 520, true)];
+        assert_eq!(run_end(0, 521, &mut log(&two)).unwrap(), Some(500));
+        // A gap (a transaction marker, compaction) after the bad batch: the read at the
+        // gap finds the next message, so the run ends at the gap.
+        let gap = [(10, 19, false), (21, 30, true)];
+        assert_eq!(run_end(10, 31, &mut log(&gap)).unwrap(), Some(20));
+    }
+
+    #[test]
+    fn a_read_without_an_answer_gives_no_run() {
+        let mut silent = |_| Ok(Read::Nothing);
+        assert_eq!(run_end(10, 30, &mut silent).unwrap(), None);
+    }
+
+    #[test]
+    fn the_reads_are_logarithmic_in_the_batch() {
+        let batches = [(0, 99_999, false), (100_000, 100_010, true)];
+        let mut reads = 0;
+        let mut inner = log(&batches);
+        let mut counting = |at| {
+            reads += 1;
+            inner(at)
+        };
+        assert_eq!(run_end(0, 100_011, &mut counting).unwrap(), Some(100_000));
+        assert!(reads <= 2 * 17 + 2, "{reads} reads");
+    }
+
+    #[test]
+    fn a_suspect_is_a_partition_that_stood_still_with_messages_behind_it() {
+        let at = |v: &[(&str, i32, i64)]| {
+            v.iter()
+                .map(|(t, p, o)| (((*t).to_owned(), *p), *o))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let mut watch = StallWatch::default();
+        assert!(!watch.due());
+        watch.saw(RDKafkaErrorCode::NotImplemented, || {
+            at(&[("orders", 0, 10), ("orders", 1, 5), ("orders", 2, 7)])
+        });
+        // A second error does not move the series' start.
+        watch.saw(RDKafkaErrorCode::BadCompression, || {
+            panic!("positions are read once")
+        });
+        let now = at(&[("orders", 0, 10), ("orders", 1, 9), ("orders", 2, 7)]);
+        let ends = at(&[("orders", 0, 40), ("orders", 1, 40), ("orders", 2, 7)]);
+        let suspects = watch.suspects(&now, &ends);
+        // 1 moved; 2 stood still but has nothing behind it.
+        assert_eq!(
+            suspects,
+            vec![(("orders".to_owned(), 0), 10, RDKafkaErrorCode::NotImplemented)]
+        );
+        assert!(!watch.due(), "the series is closed");
+    }
+
+    #[test]
+    fn only_decoding_failures_are_undecodable() {
+        assert!(is_undecodable(RDKafkaErrorCode::NotImplemented));
+        assert!(is_undecodable(RDKafkaErrorCode::BadCompression));
+        assert!(!is_undecodable(RDKafkaErrorCode::BrokerTransportFailure));
+        assert!(!is_undecodable(RDKafkaErrorCode::AllBrokersDown));
+        assert!(!is_undecodable(RDKafkaErrorCode::SaslAuthenticationFailed));
+    }
+}
