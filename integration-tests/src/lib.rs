@@ -13,6 +13,7 @@ pub mod mixed;
 pub mod moto;
 pub mod otlp;
 pub mod samples;
+pub mod segments;
 pub mod ses_events;
 pub mod standin;
 pub mod toxiproxy;
@@ -32,6 +33,14 @@ pub const PG_ADMIN_URL: &str = "postgres://herald@127.0.0.1:15432/herald";
 
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The local stack's directory: `HERALD_LOCAL_DIR` as deploy/local/lib.sh reads it, or
+/// `.local` in the workspace.
+pub fn local_dir() -> PathBuf {
+    std::env::var_os("HERALD_LOCAL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".local"))
 }
 
 /// The herald binary under test: `HERALD_BIN`, or the workspace's debug build.

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::kafka::{produce, producer};
 use crate::samples::{order_event, UniqueSeller};
-use crate::{http, seed_orders, workspace_root, TestEnv};
+use crate::{http, local_dir, seed_orders, workspace_root, TestEnv};
 
 /// Zipkin's UI and query API.
 pub const ZIPKIN: &str = "127.0.0.1:19411";
@@ -82,14 +82,6 @@ pub async fn send_traced_order(
     )
     .await?;
     Ok(order)
-}
-
-/// The local stack's directory: `HERALD_LOCAL_DIR` as deploy/local/lib.sh reads it, or
-/// `.local` in the workspace.
-pub fn local_dir() -> PathBuf {
-    std::env::var_os("HERALD_LOCAL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join(".local"))
 }
 
 /// The page of one trace in Zipkin's UI.

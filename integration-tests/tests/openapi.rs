@@ -9,8 +9,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use integration_tests::local_dir;
 use integration_tests::samples::UniqueSeller;
-use integration_tests::trace_ui::local_dir;
 use integration_tests::{seed_orders, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);

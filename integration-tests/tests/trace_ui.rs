@@ -9,10 +9,9 @@ use std::time::Duration;
 use anyhow::Result;
 use integration_tests::samples::UniqueSeller;
 use integration_tests::trace_ui::{
-    local_dir, open_trace_page, random_hex, send_traced_order, trace_url, traced_env, zipkin_span_names,
-    TracedOrder,
+    open_trace_page, random_hex, send_traced_order, trace_url, traced_env, zipkin_span_names, TracedOrder,
 };
-use integration_tests::wait_for;
+use integration_tests::{local_dir, wait_for};
 
 const WAIT: Duration = Duration::from_secs(90);
 /// How long the page may take to render the rows once it has loaded.

@@ -59,11 +59,13 @@ pub fn metadata_client(settings: &KafkaSettings) -> Result<BaseProducer<Plain>> 
 }
 
 /// A consumer that only reads (assigned, never subscribed, never committing) for
-/// `group`, its first token served.
-pub fn reader(settings: &KafkaSettings, group: &str) -> Result<BaseConsumer<Plain>> {
-    let consumer: BaseConsumer<Plain> = settings
-        .reader(group)
-        .create_with_context(settings.hooks().wrap(()))?;
+/// `group`, with `tuning` on top of the reader's settings, its first token served.
+pub fn reader(settings: &KafkaSettings, group: &str, tuning: &[(&str, &str)]) -> Result<BaseConsumer<Plain>> {
+    let mut config = settings.reader(group);
+    for (k, v) in tuning {
+        config.set(*k, *v);
+    }
+    let consumer: BaseConsumer<Plain> = config.create_with_context(settings.hooks().wrap(()))?;
     serve_first_token(&consumer.context().hooks, TOKEN_WAIT, |d| {
         // Nothing is assigned yet: the poll serves events and returns no message.
         let _ = consumer.poll(d);

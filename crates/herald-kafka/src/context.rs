@@ -123,12 +123,20 @@ pub struct Failure {
     pub at: Instant,
 }
 
-/// What one client learned about its connections.
+/// How many of librdkafka's reasons for undecodable batches a client keeps.
+const DECODE_FAILURES_KEPT: usize = 16;
+
+/// What one client learned about its connections, and librdkafka's words for the batches it
+/// could not decode.
 #[derive(Debug, Default)]
 pub struct ConnectionReport {
     last: Mutex<Option<Failure>>,
     last_misconfiguration: Mutex<Option<Failure>>,
     tokens: AtomicU64,
+    /// librdkafka's reasons for the last undecodable batches ("Decompression (codec 0x4) of
+    /// message at 1234 of 567 bytes failed: ..."), newest last: the consumer error a
+    /// consumer is handed carries only the code.
+    decode_failures: Mutex<std::collections::VecDeque<String>>,
 }
 
 impl ConnectionReport {
@@ -164,6 +172,22 @@ impl ConnectionReport {
     pub fn tokens_given(&self) -> u64 {
         self.tokens.load(Ordering::Relaxed)
     }
+
+    fn record_decode_failure(&self, reason: &str) {
+        let mut kept = self.decode_failures.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() == DECODE_FAILURES_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(reason.to_owned());
+    }
+
+    /// librdkafka's last reason for an undecodable batch that starts at `offset` (its
+    /// reasons name the batch's first offset, not its partition).
+    pub fn decode_failure_at(&self, offset: i64) -> Option<String> {
+        let at = format!(" at {offset} ");
+        let kept = self.decode_failures.lock().unwrap_or_else(|e| e.into_inner());
+        kept.iter().rev().find(|r| r.contains(&at)).cloned()
+    }
 }
 
 /// A client's own callbacks (`inner`: rebalances, delivery reports, or `()`), with the
@@ -183,11 +207,12 @@ impl<T: Send + Sync + 'static> ClientContext for Hooked<T> {
     }
 
     fn error(&self, error: RdKafkaError, reason: &str) {
-        if let Some(kind) = error
-            .rdkafka_error_code()
-            .and_then(|c| FailureKind::of(c, reason))
-        {
+        let code = error.rdkafka_error_code();
+        if let Some(kind) = code.and_then(|c| FailureKind::of(c, reason)) {
             self.hooks.report.record(kind, reason);
+        }
+        if code.is_some_and(crate::undecodable::is_undecodable) {
+            self.hooks.report.record_decode_failure(reason);
         }
         // As rust-rdkafka's default context logs them (same target and text), so that a
         // broker that refuses the password is an ERROR line naming it, at every attempt.
@@ -308,5 +333,17 @@ mod tests {
         // An error that says nothing about the connection changes nothing.
         c.error(RdKafkaError::Global(RDKafkaErrorCode::QueueFull), "queue full");
         assert_eq!(c.hooks.report().last().unwrap().kind, FailureKind::Tls);
+        // A batch that cannot be decoded is kept by the offset it names.
+        c.error(
+            RdKafkaError::Global(RDKafkaErrorCode::NotImplemented),
+            "Decompression (codec 0x4) of message at 1234 of 567 bytes failed: Local: Not implemented",
+        );
+        assert!(c
+            .hooks
+            .report()
+            .decode_failure_at(1234)
+            .unwrap()
+            .contains("codec 0x4"));
+        assert_eq!(c.hooks.report().decode_failure_at(123), None);
     }
 }

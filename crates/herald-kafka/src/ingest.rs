@@ -16,7 +16,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use crate::context::Hooked;
-use crate::undecodable::{is_undecodable, Prober, Skip, StallWatch};
+use crate::undecodable::{is_undecodable, Positions, Prober, Skip, StallWatch};
 use crate::{KafkaSettings, LagStats, Result};
 
 /// Logs assignments and revocations and the outcome of each offset commit (the consumer
@@ -51,6 +51,17 @@ impl ConsumerContext for Hooked<LoggingContext> {
             }
         }
     }
+}
+
+/// The offsets a list holds, by (topic, partition); logical ones (none, invalid) left out.
+fn offsets_of(tpl: &TopicPartitionList) -> Positions {
+    tpl.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some(((e.topic().to_owned(), e.partition()), o)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn describe(tpl: &TopicPartitionList) -> String {
@@ -162,7 +173,7 @@ impl BatchConsumer {
     /// Every assigned partition's position: the offset after the last message handed out,
     /// or -1 where none was since the assignment (read from the committed offset when it
     /// matters, see [`BatchConsumer::find_undecodable`]).
-    fn positions(&self) -> BTreeMap<(String, i32), i64> {
+    fn positions(&self) -> Positions {
         let Ok(tpl) = self.consumer.position() else {
             return BTreeMap::new();
         };
@@ -200,60 +211,87 @@ impl BatchConsumer {
     /// [`crate::undecodable`]): a partition whose position stood still since the first
     /// undecodable error, with messages behind it, read by a reader of its own. Call between
     /// batches, once every batch handed out is durable: the caller dead-letters each run and
-    /// then moves past it ([`BatchConsumer::skip_past`]).
+    /// then moves past it ([`BatchConsumer::skip_past`]). Three requests to the cluster
+    /// whatever the number of partitions (committed offsets, log starts, log ends), then the
+    /// probe reads.
     pub fn find_undecodable(&self, settings: &KafkaSettings) -> Result<Vec<Skip>> {
-        let now = self.positions();
-        let mut ends = BTreeMap::new();
-        for (topic, partition) in now.keys() {
-            let (_, high) = self
-                .consumer
-                .fetch_watermarks(topic, *partition, Duration::from_secs(10))?;
-            ends.insert((topic.clone(), *partition), high);
-        }
-        let suspects = self
+        let stood_still = self
             .stalls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .suspects(&now, &ends);
-        if suspects.is_empty() {
+            .stood_still(&self.positions());
+        if stood_still.is_empty() {
+            return Ok(Vec::new());
+        }
+        let all: Vec<(String, i32)> = stood_still.iter().map(|(tp, _)| tp.clone()).collect();
+        // Where nothing was handed out since the assignment: the committed offset, else the
+        // log start (`auto.offset.reset=earliest`).
+        let unknown: Vec<(String, i32)> = stood_still
+            .iter()
+            .filter(|(_, p)| *p < 0)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        let committed = self.committed(&unknown)?;
+        let starts = self.log_offsets(&unknown, Offset::Beginning)?;
+        let ends = self.log_offsets(&all, Offset::End)?;
+        let mut runs = Vec::new();
+        for (tp, position) in stood_still {
+            let start = match position {
+                p if p >= 0 => Some(p),
+                _ => committed.get(&tp).or_else(|| starts.get(&tp)).copied(),
+            };
+            if let (Some(start), Some(end)) = (start, ends.get(&tp).copied()) {
+                if start < end {
+                    runs.push((tp, start, end));
+                }
+            }
+        }
+        if runs.is_empty() {
             return Ok(Vec::new());
         }
         let prober = Prober::new(settings, &self.group)?;
         let mut found = Vec::new();
-        for ((topic, partition), position, _) in suspects {
-            let start = match position {
-                -1 => self.start_of(&topic, partition)?,
-                p => p,
-            };
-            let end = ends[&(topic.clone(), partition)];
-            if start >= end {
-                continue;
-            }
-            if let Some(skip) = prober.find(&topic, partition, start, end)? {
+        for ((topic, partition), start, end) in runs {
+            if let Some(mut skip) = prober.find(&topic, partition, start, end)? {
+                let report = self.consumer.context().hooks.report();
+                if let Some(words) = report.decode_failure_at(start) {
+                    skip.reason = format!("{}: {words}", skip.reason);
+                }
                 found.push(skip);
             }
         }
+        // Closing a client waits up to a second for its threads: not on ingest's way.
+        std::thread::spawn(move || drop(prober));
         Ok(found)
     }
 
-    /// Where the group starts reading a partition it has handed out nothing of: its
-    /// committed offset, else the log start (`auto.offset.reset=earliest`).
-    fn start_of(&self, topic: &str, partition: i32) -> Result<i64> {
+    /// The group's committed offsets of `partitions`, where it has one.
+    fn committed(&self, partitions: &[(String, i32)]) -> Result<Positions> {
+        if partitions.is_empty() {
+            return Ok(Positions::new());
+        }
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(topic, partition);
-        let committed = self.consumer.committed_offsets(tpl, Duration::from_secs(10))?;
-        let offset = committed.elements().first().and_then(|e| match e.offset() {
-            Offset::Offset(o) => Some(o),
-            _ => None,
-        });
-        Ok(match offset {
-            Some(o) => o,
-            None => {
-                self.consumer
-                    .fetch_watermarks(topic, partition, Duration::from_secs(10))?
-                    .0
-            }
-        })
+        for (t, p) in partitions {
+            tpl.add_partition(t, *p);
+        }
+        Ok(offsets_of(
+            &self.consumer.committed_offsets(tpl, Duration::from_secs(10))?,
+        ))
+    }
+
+    /// The log start (`Offset::Beginning`) or end (`Offset::End`, the high watermark) of
+    /// `partitions`, in one request per broker.
+    fn log_offsets(&self, partitions: &[(String, i32)], which: Offset) -> Result<Positions> {
+        if partitions.is_empty() {
+            return Ok(Positions::new());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in partitions {
+            tpl.add_partition_offset(t, *p, which)?;
+        }
+        Ok(offsets_of(
+            &self.consumer.offsets_for_times(tpl, Duration::from_secs(10))?,
+        ))
     }
 
     /// Blocking. Moves the consumer past `skip` and stores its end as the partition's

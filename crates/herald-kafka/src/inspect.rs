@@ -89,7 +89,7 @@ pub fn group_lag(
     topics: &[&str],
     timeout: Duration,
 ) -> Result<Vec<PartitionLag>> {
-    let consumer = reader(settings, group)?;
+    let consumer = reader(settings, group, &[])?;
     let mut tpl = TopicPartitionList::new();
     for topic in topics {
         for p in partitions(&consumer, topic, timeout)? {
@@ -194,7 +194,7 @@ pub fn read_dead_letters(
     bound: ReadBound,
     timeout: Duration,
 ) -> Result<(Vec<DeadLetterRecord>, bool)> {
-    let consumer = reader(settings, "herald-inspect")?;
+    let consumer = reader(settings, "herald-inspect", &[])?;
     let mut tpl = TopicPartitionList::new();
     let mut ends = BTreeMap::new();
     for p in partitions(&consumer, topic, timeout)? {

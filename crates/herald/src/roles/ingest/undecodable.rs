@@ -22,7 +22,9 @@ pub async fn skip_runs(
     shutdown: &mut Shutdown,
 ) -> Result<(), Stopped> {
     // Probe reads block (each waits for a fetch); on a worker thread of their own.
+    let started = std::time::Instant::now();
     let found = tokio::task::block_in_place(|| consumer.find_undecodable(settings));
+    let took_ms = started.elapsed().as_millis() as u64;
     let skips = match found {
         Ok(skips) => skips,
         Err(e) => {
@@ -31,6 +33,8 @@ pub async fn skip_runs(
         }
     };
     for skip in skips {
+        tracing::info!(topic = %skip.topic, partition = skip.partition, reads = skip.reads, took_ms,
+            "undecodable run found by probe reads");
         skip_one(ctx, consumer, &skip, shutdown).await?;
     }
     Ok(())
