@@ -20,6 +20,10 @@ LOCAL_DIR    := $(or $(HERALD_LOCAL_DIR),.local)
 # tests' network faults; the demo uses it once, to make one e-mail `unknown`). Zipkin is the
 # trace UI: Jaeger's collector feeds it through Kafka.
 STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka zipkin
+# KAFKA_NODES=3: stack-up also starts the three-node KRaft cluster of the fault tests
+# (deploy/local/kafka-cluster.sh, 127.0.0.1:19192,19292,19392) beside the single broker,
+# which stays the default (19092). stack-down stops it whenever it runs.
+KAFKA_NODES             ?= 1
 
 .PHONY: help deps build lint fmt-check clippy rules units deploy-lint collector chart image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick bench-latency \
         stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate telemetry-volume
@@ -28,6 +32,7 @@ help:
 	@echo "make demo          bring the local stack up and run Herald on sample orders"
 	@echo "make test          fmt check, clippy -D warnings, unit and integration tests"
 	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL, moto, toxiproxy, Jaeger and Zipkin"
+	@echo "                   (stack-up KAFKA_NODES=3 also starts the three-node Kafka cluster of the fault tests)"
 	@echo "make run           herald run (ingest, relay, deliver) on the local stack (foreground)"
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
 	@echo "make units         systemd-analyze verify deploy/systemd/herald@.service (part of make test)"
@@ -173,7 +178,8 @@ fuzz: deps
 	@$(LOCAL)/fuzz.sh $(FUZZ_SECONDS)
 
 stack-up:
-	@$(LOCAL)/stack.sh up $(STACK_COMPONENTS)
+	@case "$(KAFKA_NODES)" in 1|3) ;; *) echo "KAFKA_NODES must be 1 (the single broker) or 3 (and the three-node cluster), not '$(KAFKA_NODES)'"; exit 2 ;; esac
+	@$(LOCAL)/stack.sh up $(STACK_COMPONENTS) $(if $(filter 3,$(KAFKA_NODES)),kafka-cluster)
 
 stack-down:
 	@$(LOCAL)/stack.sh down

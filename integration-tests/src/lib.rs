@@ -13,6 +13,7 @@ pub mod mixed;
 pub mod moto;
 pub mod otlp;
 pub mod samples;
+pub mod secure_kafka;
 pub mod segments;
 pub mod ses_events;
 pub mod standin;

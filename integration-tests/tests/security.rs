@@ -165,20 +165,27 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
     let token = format!("{SENTINEL}-admin");
     let ingest_token = format!("{SENTINEL}-ingest");
     let aws_secret = format!("{SENTINEL}-aws");
-    let herald = env.spawn_roles(
-        "ingest,relay,deliver",
-        "herald",
-        &[
-            ("HERALD_DATABASE__URL", db_url.as_str()),
-            ("HERALD_DATABASE__OWNER_URL", db_url.as_str()),
-            ("HERALD_ADMIN__TOKEN", token.as_str()),
-            ("HERALD_HTTP_INGEST__LISTEN", "127.0.0.1:0"),
-            ("HERALD_HTTP_INGEST__TOKEN", ingest_token.as_str()),
-            ("HERALD_HTTP_INGEST__MAX_IN_FLIGHT", "2"),
-            ("HERALD_AWS__SECRET_ACCESS_KEY", aws_secret.as_str()),
-            ("HERALD_LOG__LEVEL", "debug"),
-        ],
-    )?;
+    // Kafka through the SASL_SSL listener, as a user of the test's own whose password is
+    // a sentinel too.
+    let kafka_user = format!(
+        "herald-secrets-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let kafka_password = format!("{SENTINEL}-kafka");
+    integration_tests::secure_kafka::add_scram_user(&kafka_user, &kafka_password)?;
+    let kafka = integration_tests::secure_kafka::scram_env_as(&kafka_user, &kafka_password);
+    let mut vars = vec![
+        ("HERALD_DATABASE__URL", db_url.as_str()),
+        ("HERALD_DATABASE__OWNER_URL", db_url.as_str()),
+        ("HERALD_ADMIN__TOKEN", token.as_str()),
+        ("HERALD_HTTP_INGEST__LISTEN", "127.0.0.1:0"),
+        ("HERALD_HTTP_INGEST__TOKEN", ingest_token.as_str()),
+        ("HERALD_HTTP_INGEST__MAX_IN_FLIGHT", "2"),
+        ("HERALD_AWS__SECRET_ACCESS_KEY", aws_secret.as_str()),
+        ("HERALD_LOG__LEVEL", "debug"),
+    ];
+    vars.extend(kafka.iter().map(|(k, v)| (*k, v.as_str())));
+    let herald = env.spawn_roles("ingest,relay,deliver", "herald", &vars)?;
     // Work through every role, a poison message, and refused admin calls.
     seed_orders(&env, &UniqueSeller::new(), &["9201"]).await?;
     produce(
@@ -239,6 +246,10 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
     })
     .await?;
 
+    ensure!(
+        herald.log().contains("Kafka answered"),
+        "herald reached Kafka as the sentinel user"
+    );
     // Commands that fail on the secret-bearing URL: the error names the problem, not the password.
     let out = std::process::Command::new(integration_tests::herald_bin())
         .arg("--config")
@@ -257,6 +268,24 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(failed.contains("herald migrate"), "{failed}");
+    // A Kafka password the broker refuses: the error names the broker and the cause, not it.
+    let mut ensure_cmd = std::process::Command::new(integration_tests::herald_bin());
+    ensure_cmd
+        .arg("--config")
+        .arg(&env.config_path)
+        .args(["topics", "ensure"]);
+    for (k, v) in integration_tests::secure_kafka::scram_env_as(&kafka_user, &format!("{SENTINEL}-wrong")) {
+        ensure_cmd.env(k, v);
+    }
+    let out = ensure_cmd.output().context("herald topics ensure")?;
+    assert!(!out.status.success(), "a refused password stops topics ensure");
+    let refused = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(refused.contains("refused Herald's credentials"), "{refused}");
+    let failed = format!("{failed}{refused}");
 
     let log = herald.log();
     assert!(log.lines().count() > 10, "the debug log has content");

@@ -136,16 +136,17 @@ impl Probe {
     /// error otherwise, with the client's last refused credentials or certificate.
     pub fn check(&self, topic: &str, timeout: Duration) -> Result<()> {
         // Serves its events first: a token due for refresh, errors to record.
-        self.client.poll(Duration::ZERO);
+        self.client.poll(crate::connect::EVENTS);
         let md = match self.client.client().fetch_metadata(Some(topic), timeout) {
             Ok(md) => md,
             Err(e) => {
-                self.client.poll(Duration::ZERO);
+                self.client.poll(crate::connect::EVENTS);
                 return Err(
                     match self.client.context().hooks.report().last_misconfiguration() {
                         Some(failure) => KafkaError::Connection(crate::connect::Misconfigured {
                             brokers: self.brokers.clone(),
                             failure,
+                            diagnosis: None,
                         }),
                         None => e.into(),
                     },

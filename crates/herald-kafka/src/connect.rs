@@ -27,6 +27,9 @@ impl ProducerContext for Plain {
 
 /// How long a metadata-only client waits for its first token before it asks anyway.
 const TOKEN_WAIT: Duration = Duration::from_secs(5);
+/// How long a poll serves queued events (one with no wait at all: rust-rdkafka's producer
+/// poll serves events until its deadline, and a zero deadline passes after the first).
+pub(crate) const EVENTS: Duration = Duration::from_millis(5);
 
 /// Polls `poll` until the client has handed librdkafka a token, the token source failed,
 /// or `limit` passed; at once when the client needs none. librdkafka asks for the first
@@ -75,13 +78,42 @@ pub fn reader(settings: &KafkaSettings, group: &str, tuning: &[(&str, &str)]) ->
 
 /// Why the cluster cannot be used as configured.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{}", describe(brokers, failure))]
+#[error("{}", describe(brokers, failure, diagnosis.as_deref()))]
 pub struct Misconfigured {
     pub brokers: String,
     pub failure: Failure,
+    /// For a TLS failure: rustls's verdict on the same certificate (`tls_diagnosis`),
+    /// which says what librdkafka's "certificate verify failed" does not.
+    pub diagnosis: Option<String>,
 }
 
-fn describe(brokers: &str, f: &Failure) -> String {
+impl Misconfigured {
+    /// `failure` at `settings`' brokers; for a TLS failure, with rustls's second opinion.
+    pub fn new(settings: &KafkaSettings, failure: Failure) -> Self {
+        let diagnosis = match failure.kind {
+            FailureKind::Tls if settings.security.protocol.tls() => {
+                let broker = crate::tls_diagnosis::broker_of(&failure.reason)
+                    .map(str::to_owned)
+                    .or_else(|| settings.brokers.split(',').next().map(|b| b.trim().to_owned()));
+                broker.and_then(|b| {
+                    crate::tls_diagnosis::diagnose(
+                        &b,
+                        settings.security.tls.ca_file.as_deref(),
+                        Duration::from_secs(5),
+                    )
+                })
+            }
+            _ => None,
+        };
+        Self {
+            brokers: settings.brokers.clone(),
+            failure,
+            diagnosis,
+        }
+    }
+}
+
+fn describe(brokers: &str, f: &Failure, diagnosis: Option<&str>) -> String {
     let (what, keys) = match f.kind {
         FailureKind::Authentication => (
             "refused Herald's credentials",
@@ -94,7 +126,13 @@ fn describe(brokers: &str, f: &Failure) -> String {
         FailureKind::Token => ("got no OAUTHBEARER token", "kafka.sasl.mechanism and its credentials"),
         FailureKind::Transport => ("could not be reached", "kafka.brokers"),
     };
-    format!("Kafka at {brokers} {what}: {}; check {keys}", f.reason)
+    match diagnosis {
+        Some(d) => format!(
+            "Kafka at {brokers} {what}: {d} (librdkafka: {}); check {keys}",
+            f.reason
+        ),
+        None => format!("Kafka at {brokers} {what}: {}; check {keys}", f.reason),
+    }
 }
 
 /// What the start-up check found.
@@ -114,13 +152,11 @@ pub fn check(settings: &KafkaSettings, topic: &str, limit: Duration) -> Result<R
     let report = client.context().hooks.report().clone();
     let deadline = Instant::now() + limit;
     loop {
-        // Serves the client's events: its errors (recorded in the report) and tokens.
-        client.poll(Duration::ZERO);
+        // Serves the client's events: its errors (recorded in the report) and tokens. A
+        // poll with no wait serves one event; this serves all that are queued.
+        client.poll(EVENTS);
         if let Some(failure) = report.last_misconfiguration() {
-            return Err(CheckError::Misconfigured(Misconfigured {
-                brokers: settings.brokers.clone(),
-                failure,
-            }));
+            return Err(CheckError::Misconfigured(Misconfigured::new(settings, failure)));
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {

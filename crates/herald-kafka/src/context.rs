@@ -89,12 +89,20 @@ impl FailureKind {
     }
 
     /// The class of a client error by its code; `None` for errors that say nothing about
-    /// the connection. A transport failure whose reason is librdkafka's own hint that the
-    /// listener speaks another protocol (a plaintext client at a TLS port, say) is `Tls`.
+    /// the connection. A transport failure in the TLS handshake, or with librdkafka's own
+    /// hint that the listener speaks another protocol (a plaintext client at a TLS port, a
+    /// TLS client at a plaintext one), is `Tls`.
     pub fn of(code: RDKafkaErrorCode, reason: &str) -> Option<Self> {
         use RDKafkaErrorCode as C;
+        const WRONG_PROTOCOL: [&str; 3] = [
+            "incorrect security.protocol",
+            "SSL handshake failed",
+            "connecting to a PLAINTEXT broker listener",
+        ];
         Some(match code {
-            C::BrokerTransportFailure if reason.contains("incorrect security.protocol") => FailureKind::Tls,
+            C::BrokerTransportFailure if WRONG_PROTOCOL.iter().any(|hint| reason.contains(hint)) => {
+                FailureKind::Tls
+            }
             C::Authentication
             | C::SaslAuthenticationFailed
             | C::UnsupportedSASLMechanism
@@ -327,6 +335,13 @@ mod tests {
             FailureKind::of(
                 RDKafkaErrorCode::BrokerTransportFailure,
                 "Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration (connecting to a SSL listener?)"
+            ),
+            Some(FailureKind::Tls)
+        );
+        assert_eq!(
+            FailureKind::of(
+                RDKafkaErrorCode::BrokerTransportFailure,
+                "sasl_ssl://127.0.0.1:19092/bootstrap: SSL handshake failed: Disconnected: SSL connection closed by peer: connecting to a PLAINTEXT broker listener? (after 2ms in state SSL_HANDSHAKE)"
             ),
             Some(FailureKind::Tls)
         );

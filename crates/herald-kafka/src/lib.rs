@@ -27,6 +27,7 @@ pub mod producer;
 pub mod relay;
 pub mod security;
 pub mod stats;
+pub mod tls_diagnosis;
 pub mod token;
 pub mod undecodable;
 
