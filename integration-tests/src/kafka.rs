@@ -12,7 +12,7 @@ use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 
-use crate::BROKERS;
+use crate::{brokers, replication};
 
 pub fn producer() -> Result<FutureProducer> {
     producer_with(&[])
@@ -38,7 +38,7 @@ pub async fn producer_connected(topic: &str) -> Result<FutureProducer> {
 pub fn producer_with(settings: &[(&str, &str)]) -> Result<FutureProducer> {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5");
@@ -97,7 +97,7 @@ pub async fn produce_to(
 /// larger than librdkafka's default 1,000,000 bytes.
 pub fn large_producer(max_bytes: usize) -> Result<FutureProducer> {
     Ok(ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("message.max.bytes", max_bytes.to_string())
@@ -109,7 +109,7 @@ pub fn large_producer(max_bytes: usize) -> Result<FutureProducer> {
 /// which on the single-node local stack are what Herald sets.)
 pub async fn set_max_message_bytes(topic: &str, bytes: usize) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", BROKERS).create()?;
+        ClientConfig::new().set("bootstrap.servers", brokers()).create()?;
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
     let value = bytes.to_string();
     let alter = AlterConfig::new(ResourceSpecifier::Topic(topic)).set("max.message.bytes", &value);
@@ -139,7 +139,7 @@ pub async fn set_max_message_bytes(topic: &str, bytes: usize) -> Result<()> {
 
 /// The high watermark of every partition of `topic`, summed: how many messages it holds.
 pub fn end_offsets(topic: &str) -> Result<i64> {
-    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", BROKERS).create()?;
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers()).create()?;
     let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
     let mut sum = 0;
     for t in md.topics().iter().filter(|t| t.name() == topic) {
@@ -170,7 +170,7 @@ pub struct Record {
 /// Reads every message currently in `topic` (from the beginning to the high watermarks).
 pub fn read_all(topic: &str) -> Result<Vec<Record>> {
     let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("group.id", "herald-it-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
@@ -237,7 +237,7 @@ pub fn read_all(topic: &str) -> Result<Vec<Record>> {
 /// A client that reads `group`'s committed offsets without joining it or committing.
 fn group_reader(group: &str) -> Result<BaseConsumer> {
     Ok(ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()?)
@@ -284,13 +284,13 @@ pub fn committed_offset(group: &str, topic: &str, partition: i32) -> Result<Opti
     }))
 }
 
-/// Creates `topic` with `partitions`, replication 1 and the given topic configs (e.g.
+/// Creates `topic` with `partitions`, a replica per broker and the given topic configs (e.g.
 /// `max.message.bytes`); fails if it exists.
 pub async fn create_topic(topic: &str, partitions: i32, configs: &[(&str, &str)]) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", BROKERS).create()?;
+        ClientConfig::new().set("bootstrap.servers", brokers()).create()?;
     let new = configs.iter().fold(
-        NewTopic::new(topic, partitions, TopicReplication::Fixed(1)),
+        NewTopic::new(topic, partitions, TopicReplication::Fixed(replication())),
         |t, (k, v)| t.set(k, v),
     );
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));

@@ -29,7 +29,29 @@ use anyhow::{bail, Context, Result};
 use rdkafka::producer::FutureProducer;
 use tokio_postgres::{Client, NoTls};
 
+/// The single local broker: every test's cluster.
 pub const BROKERS: &str = "127.0.0.1:19092";
+/// The three-node cluster of the broker fault scenarios (deploy/local/kafka-cluster.sh).
+pub const CLUSTER_BROKERS: &str = "127.0.0.1:19192,127.0.0.1:19292,127.0.0.1:19392";
+
+static TARGET: std::sync::RwLock<&'static str> = std::sync::RwLock::new(BROKERS);
+
+/// The cluster this process's test clients and new namespaces use: [`BROKERS`], unless a
+/// fault scenario switched to [`CLUSTER_BROKERS`] ([`use_brokers`]).
+pub fn brokers() -> &'static str {
+    *TARGET.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Switches this process's test clients and the namespaces made from now on to `brokers`
+/// (herald-chaos runs one scenario at a time; the test binaries never switch).
+pub fn use_brokers(brokers: &'static str) {
+    *TARGET.write().unwrap_or_else(|e| e.into_inner()) = brokers;
+}
+
+/// Replicas per topic on the current cluster: one per broker, up to three.
+pub fn replication() -> i32 {
+    (brokers().split(',').count() as i32).min(3)
+}
 pub const PG_ADMIN_URL: &str = "postgres://herald@127.0.0.1:15432/herald";
 
 pub fn workspace_root() -> PathBuf {
@@ -171,6 +193,7 @@ impl TestEnv {
         let dir = workspace_root().join("target/it").join(&unique);
         std::fs::create_dir_all(&dir)?;
         let config_path = dir.join("herald.toml");
+        let (brokers, replication) = (brokers(), replication());
         let config = format!(
             r#"[log]
 format = "json"
@@ -186,9 +209,12 @@ pool_size = 4
 attempt_partitions_ahead = 1
 
 [kafka]
-brokers = "{BROKERS}"
+brokers = "{brokers}"
 topic_prefix = "{prefix}"
-replication_factor = 1
+replication_factor = {replication}
+# Tests kill consumers and start replacements, which wait for the dead member's session
+# to end: shorter than the production default (45 s) so they wait less.
+consumer_session_timeout_ms = 10000
 
 [kafka.partitions]
 order_events = {}

@@ -34,11 +34,20 @@ impl DeliveryPublisher {
     /// Produces every message and waits for each acknowledgement. Returns, per message,
     /// the broker's answer: only the acknowledged may be removed from the outbox.
     pub async fn publish_all(&self, messages: &[DeliveryMessage]) -> Vec<Result<()>> {
-        let sends = messages.iter().map(|m| async move {
-            let (id, headers) = m.encode();
-            let id = Some(id.as_bytes());
-            Ok(self.producer.send(&self.topic, id, id, headers).await?)
-        });
-        join_all(sends).await
+        join_all(messages.iter().map(|m| self.publish(m))).await
+    }
+
+    /// Produces one message; the future resolves with the broker's answer. It owns what it
+    /// needs, so it can outlive its caller's wait (spawned as a task).
+    pub fn publish(
+        &self,
+        message: &DeliveryMessage,
+    ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        let (id, headers) = message.encode();
+        let (producer, topic) = (self.producer.clone(), self.topic.clone());
+        async move {
+            let key = Some(id.as_bytes());
+            Ok(producer.send(&topic, key, key, headers).await?)
+        }
     }
 }

@@ -9,7 +9,8 @@ use uuid::Uuid;
 
 use crate::{Connection, Result, Store};
 
-/// Due outbox rows, oldest first, skipping rows another relay holds
+/// Due outbox rows, oldest first, skipping rows another relay holds and those in $2 (this
+/// relay's rows whose messages are still on their way: see the relay role)
 /// (outbox_available_at_idx), with their intent's channel. The row carries it (V14); a row
 /// queued before V14 or by an older Herald has none, and only for such a row the intent's
 /// is looked up (notification_intents_pkey, the contents' primary key: one probe; the
@@ -18,7 +19,7 @@ use crate::{Connection, Result, Store};
 pub(crate) const CLAIM_DUE: &str = "SELECT o.id, o.intent_id, o.trace_context,
             coalesce(o.channel, (SELECT i.channel FROM intent_contents i WHERE i.id = o.intent_id))
      FROM outbox o
-     WHERE o.available_at <= now()
+     WHERE o.available_at <= now() AND o.id <> ALL($2::int8[])
      ORDER BY o.available_at, o.id
      LIMIT $1
      FOR UPDATE SKIP LOCKED";
@@ -51,12 +52,13 @@ impl<'a> RelayTx<'a> {
         })
     }
 
-    /// Up to `limit` due rows, oldest first, skipping rows another relay holds.
-    pub async fn claim_due(&self, limit: i64) -> Result<Vec<OutboxRow>> {
+    /// Up to `limit` due rows, oldest first, skipping rows another relay holds and those
+    /// in `skip` (published by this relay and not yet acknowledged).
+    pub async fn claim_due(&self, limit: i64, skip: &[i64]) -> Result<Vec<OutboxRow>> {
         // outbox_available_at_idx (available_at, id). Prepared once per connection: a
         // relay round is a few rows, and planning it again cost as much as running it.
         let statement = self.tx.prepare_cached(CLAIM_DUE).await?;
-        let rows = self.tx.query(&statement, &[&limit]).await?;
+        let rows = self.tx.query(&statement, &[&limit, &skip]).await?;
         rows.into_iter()
             .map(|r| {
                 Ok(OutboxRow {

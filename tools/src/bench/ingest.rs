@@ -24,7 +24,7 @@ use rdkafka::{ClientConfig, Message};
 use super::procstat::{self, Usage};
 use integration_tests::kafka::{committed_lag, producer};
 use integration_tests::samples::{opted_in_seller, order_event};
-use integration_tests::{wait_for, TestEnv, BROKERS};
+use integration_tests::{brokers, wait_for, TestEnv};
 
 pub const SELLERS: usize = 1000;
 const MAX_BYTES: usize = 64 * 1024;
@@ -286,7 +286,7 @@ pub async fn limit_kafka(env: &TestEnv, w: &Workload) -> Result<f64> {
 
 pub(super) fn reader(group: &str, topic: &str) -> Result<StreamConsumer> {
     let c: StreamConsumer = ClientConfig::new()
-        .set("bootstrap.servers", BROKERS)
+        .set("bootstrap.servers", brokers())
         .set("group.id", group)
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")

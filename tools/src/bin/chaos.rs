@@ -2,7 +2,9 @@
 //! real local stack (`make chaos` runs the long version, `make test` the short one). Each
 //! scenario prints one line of figures; a violated invariant is printed under it with the
 //! intents involved, and the run exits 1. Scenarios: storm, conflicts, sigkill, broker,
-//! database, provider, churn, slow, ratelimit, pause, db-outage, hostile (all by default).
+//! database, provider, churn, slow, ratelimit, pause, db-outage, hostile, and on the
+//! three-node cluster (deploy/local/kafka-cluster.sh, started when needed) leader,
+//! paused-broker, controller: all by default with --long, all but the last two without.
 //! The seed makes a run reproducible.
 //!
 //! It stops and starts the stack's broker and database: do not run it next to other tests.
@@ -45,7 +47,10 @@ async fn run() -> Result<bool> {
         }
     }
     if names.is_empty() {
-        names = ALL.iter().map(|s| (*s).to_owned()).collect();
+        names = scenarios::defaults(scale)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
     }
     let seed = seed.unwrap_or_else(|| {
         SystemTime::now()

@@ -7,6 +7,7 @@
 //! The scenarios stop and start the stack's broker and database: run them alone, not next
 //! to other tests.
 
+pub mod cluster;
 pub mod faults;
 pub mod fleet;
 pub mod hostile;

@@ -156,29 +156,53 @@ pub struct Production {
     pub conflicts: usize,
 }
 
+/// How a production waits for the broker's acknowledgements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// Each slice waits for its acknowledgements: a broker outage stretches the
+    /// production instead of losing it.
+    SliceBySlice,
+    /// Slices go out on time whatever the acknowledgements of the earlier ones, all awaited
+    /// before the conflicting re-emissions: a producer as an application runs one, which
+    /// goes on producing to the healthy partitions while one partition's leader is away.
+    Pipelined,
+}
+
 /// Produces the plan's messages evenly over `over` (ten slices a second) from two
-/// producers, the late seller's profile to `seller_topic` halfway, then the conflicting
-/// re-emissions. Each slice waits for the broker's acknowledgements, so a broker outage
-/// stretches the production instead of losing it.
+/// producers, the late seller's profile to `seller_topic` halfway, then, once every one
+/// was acknowledged, the conflicting re-emissions.
 pub async fn produce_plan(
     plan: Arc<Plan>,
     topic: String,
     seller_topic: String,
     over: Duration,
+    pacing: Pacing,
 ) -> Result<Production> {
-    let producers = [producer()?, producer()?];
+    let producers = Arc::new([producer()?, producer()?]);
     let slices = (over.as_millis() / 100).max(1) as usize;
     let per_slice = plan.messages.len().div_ceil(slices).max(1);
     let chunks = plan.messages.len().div_ceil(per_slice).max(1);
     let start = Instant::now();
-    for (n, chunk) in plan.messages.chunks(per_slice).enumerate() {
+    let mut in_flight = tokio::task::JoinSet::new();
+    for (n, range) in (0..plan.messages.len()).step_by(per_slice).enumerate() {
+        let chunk = range..(range + per_slice).min(plan.messages.len());
         if n == chunks / 2 {
             plan.publish_late_seller(&producers[0], &seller_topic).await?;
         }
-        send_all(&producers, &plan, &topic, chunk).await?;
+        match pacing {
+            Pacing::SliceBySlice => send_all(&producers, &plan, &topic, &plan.messages[chunk]).await?,
+            Pacing::Pipelined => {
+                let (producers, plan, topic) = (producers.clone(), plan.clone(), topic.clone());
+                in_flight
+                    .spawn(async move { send_all(&producers, &plan, &topic, &plan.messages[chunk]).await });
+            }
+        }
         // Evenly over the whole of `over`, however few the messages.
         let due = start + over.mul_f64((n + 1) as f64 / chunks as f64);
         tokio::time::sleep_until(due.into()).await;
+    }
+    while let Some(sent) = in_flight.join_next().await {
+        sent??;
     }
     send_all(&producers, &plan, &topic, &plan.conflicts).await?;
     Ok(Production {

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use super::faults::{rss_mib, stack, Throttler};
 use super::fleet::Fleet;
 use super::invariants::{check, settle, unsettled, Expect, Report};
-use super::plan::{produce_plan, Plan, PlanSpec, Production};
+use super::plan::{produce_plan, Pacing, Plan, PlanSpec, Production};
 use super::rng::Rng;
 use super::watch::UnknownWatch;
 use super::Scale;
@@ -20,7 +20,7 @@ use integration_tests::moto::{send_email_directly, MOTO};
 use integration_tests::toxiproxy::Proxy;
 use integration_tests::{wait_for, EnvOptions, TestEnv};
 
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 15] = [
     "storm",
     "conflicts",
     "sigkill",
@@ -33,7 +33,19 @@ pub const ALL: [&str; 12] = [
     "pause",
     "db-outage",
     "hostile",
+    "leader",
+    "paused-broker",
+    "controller",
 ];
+
+/// What a run without names runs: every scenario in the long version; the short version
+/// (in `make test`) has one of the three-broker cluster's, `leader`.
+pub fn defaults(scale: Scale) -> Vec<&'static str> {
+    ALL.iter()
+        .copied()
+        .filter(|n| scale == Scale::Long || !matches!(*n, "paused-broker" | "controller"))
+        .collect()
+}
 
 pub async fn run(name: &str, scale: Scale, rng: &mut Rng) -> Result<Report> {
     match name {
@@ -49,15 +61,18 @@ pub async fn run(name: &str, scale: Scale, rng: &mut Rng) -> Result<Report> {
         "pause" => pause(scale, rng).await,
         "db-outage" => db_outage(scale, rng).await,
         "hostile" => hostile(scale, rng).await,
+        "leader" => super::cluster::leader(scale, rng).await,
+        "paused-broker" => super::cluster::paused_broker(scale, rng).await,
+        "controller" => super::cluster::controller(scale, rng).await,
         other => anyhow::bail!("no scenario {other:?}; there are {}", ALL.join(", ")),
     }
 }
 
 /// One scenario's world: its namespace, its plan, and its report so far.
-struct Run {
-    env: TestEnv,
+pub(super) struct Run {
+    pub(super) env: TestEnv,
     plan: Arc<Plan>,
-    report: Report,
+    pub(super) report: Report,
     started: Instant,
     scale: Scale,
     /// What the scenario's configuration promises beyond (a)-(f).
@@ -77,7 +92,7 @@ struct Run {
 }
 
 /// How a scenario's world is made: its name, its plan, and its configuration.
-struct Setup {
+pub(super) struct Setup {
     name: &'static str,
     spec: PlanSpec,
     options: EnvOptions,
@@ -90,7 +105,7 @@ struct Setup {
 }
 
 impl Setup {
-    fn new(name: &'static str, orders: usize, max_copies: u64, conflict_share: f64) -> Self {
+    pub(super) fn new(name: &'static str, orders: usize, max_copies: u64, conflict_share: f64) -> Self {
         Self {
             name,
             spec: PlanSpec {
@@ -114,7 +129,7 @@ impl Setup {
     }
 
     /// Settings for every process of the scenario.
-    fn vars(mut self, vars: &[(&'static str, &'static str)]) -> Self {
+    pub(super) fn vars(mut self, vars: &[(&'static str, &'static str)]) -> Self {
         self.vars.extend_from_slice(vars);
         self
     }
@@ -138,7 +153,12 @@ impl Setup {
 
     /// A fresh namespace whose sellers are stored (by an ingest process of its own) before
     /// any order is produced, and one herald process for each entry of `roles`.
-    async fn start(self, scale: Scale, rng: &mut Rng, roles: &[&'static str]) -> Result<(Run, Fleet)> {
+    pub(super) async fn start(
+        self,
+        scale: Scale,
+        rng: &mut Rng,
+        roles: &[&'static str],
+    ) -> Result<(Run, Fleet)> {
         let (email, sms) = self
             .policies
             .unwrap_or((self.options.on_unknown, self.options.on_unknown));
@@ -335,19 +355,30 @@ impl Run {
         Ok(())
     }
 
-    /// Starts producing the plan, spread over `over`.
-    fn produce(&self, over: Duration) -> JoinHandle<Result<Production>> {
+    /// Starts producing the plan, spread over `over`, each slice waiting for its
+    /// acknowledgements.
+    pub(super) fn produce(&self, over: Duration) -> JoinHandle<Result<Production>> {
+        self.produce_paced(over, Pacing::SliceBySlice)
+    }
+
+    /// Starts producing the plan, spread over `over`, paced as `pacing` says.
+    pub(super) fn produce_paced(&self, over: Duration, pacing: Pacing) -> JoinHandle<Result<Production>> {
         tokio::spawn(produce_plan(
             self.plan.clone(),
             self.env.topic("order-events"),
             self.env.topic("seller-profiles"),
             over,
+            pacing,
         ))
     }
 
     /// Waits for the run to settle, checks the invariants, and adds the fleet's findings.
     /// The namespace is dropped when nothing was found; kept (and named) otherwise.
-    async fn finish(self, fleet: Fleet, production: JoinHandle<Result<Production>>) -> Result<Report> {
+    pub(super) async fn finish(
+        self,
+        fleet: Fleet,
+        production: JoinHandle<Result<Production>>,
+    ) -> Result<Report> {
         let produced = production.await.context("production task")??;
         self.finish_produced(fleet, produced).await
     }

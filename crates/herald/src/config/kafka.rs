@@ -20,6 +20,8 @@ pub struct KafkaConfig {
     pub client_id: String,
     /// plaintext, ssl, sasl_plaintext or sasl_ssl.
     pub security_protocol: String,
+    /// The consumer groups' session timeout (`session.timeout.ms`).
+    pub consumer_session_timeout_ms: u32,
     pub tls: KafkaTlsConfig,
     pub sasl: KafkaSaslConfig,
     /// Prepended to every topic name and consumer group id (one namespace per
@@ -107,6 +109,13 @@ impl KafkaConfig {
             }
         }
         self.validate_security()?;
+        // The broker's group.min/max.session.timeout.ms defaults: 6 s to 30 min.
+        range(
+            "kafka.consumer_session_timeout_ms",
+            self.consumer_session_timeout_ms.into(),
+            6_000,
+            1_800_000,
+        )?;
         range("kafka.replication_factor", self.replication_factor as u64, 1, 16)?;
         if self.min_insync_replicas != 0 {
             range(
@@ -158,6 +167,7 @@ impl KafkaConfig {
             client_id: self.client_id.clone(),
             properties: self.properties.clone(),
             security,
+            session_timeout_ms: self.consumer_session_timeout_ms,
         }
     }
 

@@ -14,6 +14,12 @@ pub struct RelayConfig {
     pub poll_interval_ms: u64,
     /// Longest wait between failed rounds.
     pub retry_backoff_max_ms: u64,
+    /// How long a round waits for its messages' acknowledgements before it commits what
+    /// was acknowledged and goes on; the others stay on their way (see the relay role).
+    pub ack_wait_ms: u64,
+    /// Most messages on their way past a round at once; at this many, rounds wait for them
+    /// instead of claiming more.
+    pub max_unacknowledged: usize,
     /// How often intents that are due but have no outbox row (a lost delivery message, a
     /// database clock step) are looked for and re-queued.
     pub stranded_check_secs: u64,
@@ -32,6 +38,13 @@ impl RelayConfig {
             self.retry_backoff_max_ms,
             10,
             600_000,
+        )?;
+        range("relay.ack_wait_ms", self.ack_wait_ms, 10, 600_000)?;
+        range(
+            "relay.max_unacknowledged",
+            self.max_unacknowledged as u64,
+            1,
+            1_000_000,
         )?;
         range("relay.stranded_check_secs", self.stranded_check_secs, 1, 86_400)?;
         range(

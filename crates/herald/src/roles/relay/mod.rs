@@ -1,7 +1,12 @@
 //! The relay role: publishes due outbox rows to `herald.deliveries` and deletes them once
 //! the broker acknowledged. Woken by `LISTEN herald_outbox`, with a poll interval as the
 //! fallback (and for rows that become due later, such as scheduled retries). Several relays
-//! may run at once: `FOR UPDATE SKIP LOCKED` gives each its own rows.
+//! may run at once: `FOR UPDATE SKIP LOCKED` gives each its own rows. A round waits for its
+//! acknowledgements for `relay.ack_wait_ms` at most; the late ones are awaited beside the
+//! next rounds (`on_their_way`), so a partition whose leader does not answer holds only its
+//! own rows.
+
+mod on_their_way;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +20,7 @@ use crate::config::Config;
 use crate::obs::{self, Obs};
 use crate::retrying::{always, class_of, run_with_retries, Schedule, Stage};
 use crate::shutdown::Shutdown;
+use on_their_way::OnTheirWay;
 
 pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
     let publisher = DeliveryPublisher::new(
@@ -29,6 +35,13 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     );
     let mut listener: Option<OutboxListener> = None;
     let mut published_total = 0u64;
+    // Locked by the round that uses it (one at a time): a `FnMut` retry cannot lend it.
+    let on_their_way = tokio::sync::Mutex::new(OnTheirWay::default());
+    let limits = Limits {
+        batch,
+        ack_wait: Duration::from_millis(config.relay.ack_wait_ms),
+        max_unacknowledged: config.relay.max_unacknowledged,
+    };
     info!(topic = publisher.topic(), batch, "relay publishing");
     let stranded = tokio::spawn(requeue_stranded(config.clone(), store.clone(), obs.clone()));
     loop {
@@ -48,7 +61,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
                 name: "relay",
                 metrics: &obs.metrics,
             },
-            || round(&store, &publisher, batch, &obs),
+            || round(&store, &publisher, &limits, &on_their_way, &obs),
             always(class_of),
             schedule,
             Some(&mut shutdown),
@@ -59,6 +72,14 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
                 published_total += published as u64;
                 if claimed as i64 == batch {
                     continue; // more may be due right now
+                }
+                let mut waiting = on_their_way.lock().await;
+                if waiting.len() >= limits.max_unacknowledged {
+                    // Full: wait for an answer (then a round deletes or republishes).
+                    waiting
+                        .wait_for_one(tokio::time::Instant::now() + limits.ack_wait)
+                        .await;
+                    continue;
                 }
             }
             Err(_) => break, // shutdown requested while waiting to retry
@@ -76,6 +97,14 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         }
     }
     stranded.abort();
+    let left = on_their_way.lock().await.len();
+    if left > 0 {
+        // Their rows stay in the outbox and are published again by the next relay.
+        info!(
+            on_their_way = left,
+            "relay stopping with messages not acknowledged yet"
+        );
+    }
     info!(published_total, "relay stopped");
     Ok(())
 }
@@ -104,22 +133,46 @@ async fn requeue_stranded(config: Arc<Config>, store: Store, obs: Obs) {
     }
 }
 
-/// What one round did: rows claimed, and of those published (the rest stay queued).
+/// What one round did: rows claimed, and rows deleted (its own acknowledged, and those of
+/// earlier rounds acknowledged since).
 struct Round {
     claimed: usize,
     published: usize,
 }
 
-/// Publishes up to `batch` due rows.
-async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &Obs) -> anyhow::Result<Round> {
+/// The relay's bounds, from `[relay]`.
+struct Limits {
+    batch: i64,
+    ack_wait: Duration,
+    max_unacknowledged: usize,
+}
+
+/// Publishes up to `batch` due rows (fewer while messages are on their way past earlier
+/// rounds), waits up to `ack_wait` for their acknowledgements, and deletes the
+/// acknowledged rows, this round's and earlier ones'.
+async fn round(
+    store: &Store,
+    publisher: &DeliveryPublisher,
+    limits: &Limits,
+    on_their_way: &tokio::sync::Mutex<OnTheirWay>,
+    obs: &Obs,
+) -> anyhow::Result<Round> {
+    let mut on_their_way = on_their_way.lock().await;
+    let earlier = on_their_way.answered().await;
+    let room = limits.max_unacknowledged.saturating_sub(on_their_way.len()) as i64;
     let mut conn = store.conn().await?;
     let tx = RelayTx::begin(&mut conn).await?;
-    let rows = tx.claim_due(batch).await?;
+    let rows = if room > 0 {
+        tx.claim_due(limits.batch.min(room), &on_their_way.rows()).await?
+    } else {
+        Vec::new()
+    };
     if rows.is_empty() {
-        tx.finish(&[]).await?;
+        tx.finish(&earlier.acknowledged).await?;
+        obs.metrics.relay_published(earlier.acknowledged.len() as u64);
         return Ok(Round {
             claimed: 0,
-            published: 0,
+            published: earlier.acknowledged.len(),
         });
     }
     let ids: Vec<String> = rows.iter().map(|r| r.intent_id.to_string()).collect();
@@ -160,18 +213,36 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &O
     {
         warn!("failpoint relay-producer-fatal: producer put in librdkafka's fatal state");
     }
-    let answers = publisher.publish_all(&messages).await;
-    drop(spans);
-    let mut published = Vec::with_capacity(rows.len());
+    // Each send is a task of its own, so that one whose answer is late can outlive the
+    // round's wait.
+    let sends: Vec<_> = messages
+        .iter()
+        .map(|m| tokio::spawn(publisher.publish(m)))
+        .collect();
+    let deadline = tokio::time::Instant::now() + limits.ack_wait;
+    let mut published = earlier.acknowledged.clone();
     let mut refused = None;
-    for (r, answer) in rows.iter().zip(answers) {
-        match answer {
-            Ok(()) => published.push(r.id),
-            Err(e) => {
+    let mut late = 0usize;
+    for (r, mut send) in rows.iter().zip(sends) {
+        match tokio::time::timeout_at(deadline, &mut send).await {
+            Ok(Ok(Ok(()))) => published.push(r.id),
+            Ok(Ok(Err(e))) => {
                 debug!(intent_id = %r.intent_id, error = %e, "delivery message not acknowledged; it stays in the outbox");
-                refused.get_or_insert(e);
+                refused.get_or_insert(anyhow::Error::new(e));
+            }
+            Ok(Err(e)) => {
+                refused.get_or_insert(anyhow::Error::new(e).context("the send's task failed"));
+            }
+            Err(_) => {
+                late += 1;
+                on_their_way.add(r.id, send);
             }
         }
+    }
+    drop(spans);
+    if late > 0 {
+        warn!(late, ack_wait_ms = limits.ack_wait.as_millis() as u64, on_their_way = on_their_way.len(),
+              "delivery messages not acknowledged in time (a partition leader slow, frozen or being elected): the relay goes on; their rows wait for the answer");
     }
     // Failure policy: a crash here, after the broker acknowledged and before the delete
     // commits, leaves the rows to be published again: a duplicate message, never a loss.
@@ -185,8 +256,8 @@ async fn round(store: &Store, publisher: &DeliveryPublisher, batch: i64, obs: &O
     // some is a success with a warning: the refused rows go in a later round, and one row
     // refused every time cannot slow the others down to the backoff's pace.
     if let Some(e) = refused {
-        let not_acked = rows.len() - published.len();
-        let e = anyhow::Error::new(e).context(format!(
+        let not_acked = rows.len() + earlier.acknowledged.len() - published.len() - late;
+        let e = e.context(format!(
             "{not_acked} of {} delivery messages not acknowledged; they stay in the outbox",
             rows.len()
         ));
