@@ -10,6 +10,7 @@ usage: helm template ... | check.py VALUES_NAME PATH_TO_ALERTS_YML HERALD_BIN OU
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,16 @@ def main():
                    and "herald.toml" in cm.get("data", {}) and "migrate" not in cm["metadata"]["name"]]
     check(len(role_config) == 1, "one herald.toml ConfigMap for the role groups")
     consumers = herald_consumers(herald_bin, role_config[0]["data"]["herald.toml"]) if role_config else {}
+    # Where Herald reaches Kafka over TLS or SASL, KEDA must too: a trigger without an
+    # authenticationRef would read no lag (and scale nothing) from such a cluster.
+    secure = bool(role_config) and re.search(r'(?m)^\s*security_protocol = "(ssl|sasl_ssl|sasl_plaintext)"',
+                                              role_config[0]["data"]["herald.toml"])
+    for so in by_kind.get("ScaledObject", []):
+        n = so["metadata"]["name"]
+        if secure:
+            check(so["spec"]["triggers"][0].get("authenticationRef", {}).get("name"),
+                  f"{n}: Herald reaches Kafka over TLS/SASL but the kafka trigger has no authenticationRef "
+                  f"(keda.triggerAuthentication)")
     for so in by_kind.get("ScaledObject", []):
         n = so["metadata"]["name"]
         meta = so["spec"]["triggers"][0]["metadata"]

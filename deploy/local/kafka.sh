@@ -7,6 +7,8 @@
 #          certificates requested, not required (checked against the CA when given: mTLS)
 #   19095  WRONGHOST: SASL_SSL with SCRAM-SHA-512 only, its certificate (same CA) names only
 #          kafka.wrong-host.invalid, so a client that verifies the host name must refuse it
+#   19096  MTLS: TLS (no SASL) with a client certificate required, signed by the CA
+#          (`client-cert NAME` issues one)
 #   19099  JMX (loopback, no auth): read by `auth-stats`
 # User `herald` (SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN), one password made at random once:
 # .local/kafka/sasl/herald.password (0600, no trailing newline). TLS under .local/kafka/tls:
@@ -36,6 +38,7 @@ KAFKA_PORT=19092
 KAFKA_CONTROLLER_PORT=19093
 KAFKA_SASL_PORT=19094
 KAFKA_WRONGHOST_PORT=19095
+KAFKA_MTLS_PORT=19096
 KAFKA_JMX_PORT=19099
 KAFKA_USER=herald
 WRONG_HOST=kafka.wrong-host.invalid
@@ -283,11 +286,11 @@ render_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT,WRONGHOST://127.0.0.1:$KAFKA_WRONGHOST_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT,WRONGHOST://127.0.0.1:$KAFKA_WRONGHOST_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT,WRONGHOST://127.0.0.1:$KAFKA_WRONGHOST_PORT,MTLS://127.0.0.1:$KAFKA_MTLS_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://127.0.0.1:$KAFKA_SASL_PORT,WRONGHOST://127.0.0.1:$KAFKA_WRONGHOST_PORT,MTLS://127.0.0.1:$KAFKA_MTLS_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,WRONGHOST:SASL_SSL
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,WRONGHOST:SASL_SSL,MTLS:SSL
 log.dirs=$KAFKA_DATA
 
 # SASL_SSL (19094): PEM key store (PKCS#8 key + chain) and the CA as trust store for client
@@ -313,6 +316,14 @@ listener.name.wronghost.ssl.keystore.type=PEM
 listener.name.wronghost.ssl.keystore.location=$tls/wronghost.keystore.pem
 listener.name.wronghost.sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.wronghost.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+
+# MTLS ($KAFKA_MTLS_PORT): TLS with a client certificate required, signed by the CA (no SASL:
+# the certificate is the identity, as Strimzi's tls users and Aiven's client certificates)
+listener.name.mtls.ssl.keystore.type=PEM
+listener.name.mtls.ssl.keystore.location=$tls/server.keystore.pem
+listener.name.mtls.ssl.truststore.type=PEM
+listener.name.mtls.ssl.truststore.location=$tls/ca.crt
+listener.name.mtls.ssl.client.auth=required
 
 # single-node test broker
 num.partitions=1
@@ -472,7 +483,7 @@ do_status() {
   local pid
   if pid="$(kafka_pid)" && port_open "$KAFKA_PORT"; then
     if port_open "$KAFKA_SASL_PORT"; then
-      echo "kafka:    running  127.0.0.1:$KAFKA_PORT (pid $pid; SASL_SSL $KAFKA_SASL_PORT, WRONGHOST $KAFKA_WRONGHOST_PORT, JMX $KAFKA_JMX_PORT)"
+      echo "kafka:    running  127.0.0.1:$KAFKA_PORT (pid $pid; SASL_SSL $KAFKA_SASL_PORT, WRONGHOST $KAFKA_WRONGHOST_PORT, MTLS $KAFKA_MTLS_PORT, JMX $KAFKA_JMX_PORT)"
     else
       echo "kafka:    running  127.0.0.1:$KAFKA_PORT (pid $pid; no SASL_SSL listener: an older configuration, '$0 start' restarts it)"
     fi

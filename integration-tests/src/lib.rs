@@ -533,11 +533,25 @@ pub struct Launcher {
 impl Launcher {
     /// Starts `herald run --roles ROLES` with extra environment; killed when dropped.
     pub fn spawn_roles(&self, roles: &str, label: &str, env: &[(&str, &str)]) -> Result<HeraldProcess> {
+        self.spawn_with(&self.config_path, roles, label, env)
+    }
+
+    /// Starts `herald --config CONFIG run --roles ROLES` from the workspace's root (where a
+    /// shipped configuration's relative paths point), with extra environment (this
+    /// namespace's database and topic prefix, for one); killed when dropped.
+    pub fn spawn_with(
+        &self,
+        config: &Path,
+        roles: &str,
+        label: &str,
+        env: &[(&str, &str)],
+    ) -> Result<HeraldProcess> {
         let log_path = self.dir.join(format!("{label}.log"));
         let log = std::fs::File::create(&log_path)?;
         let mut cmd = Command::new(herald_bin());
-        cmd.arg("--config")
-            .arg(&self.config_path)
+        cmd.current_dir(workspace_root())
+            .arg("--config")
+            .arg(config)
             .args(["run", "--roles", roles])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -16,6 +16,9 @@ use crate::{local_dir, workspace_root};
 pub const SASL_SSL: &str = "127.0.0.1:19094";
 /// SASL_SSL (SCRAM-SHA-512) with a certificate for another host.
 pub const WRONG_HOST: &str = "127.0.0.1:19095";
+/// SSL with a client certificate required (signed by the local CA): mTLS, no SASL.
+pub const MTLS: &str = "127.0.0.1:19096";
+pub const MTLS_PORT: u16 = 19096;
 pub const SASL_PORT: u16 = 19094;
 pub const PLAINTEXT_PORT: u16 = 19092;
 pub const USER: &str = "herald";

@@ -15,8 +15,8 @@ use anyhow::{ensure, Context, Result};
 use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::UniqueSeller;
 use integration_tests::secure_kafka::{
-    auth_stats, oauthbearer_env, password, password_file, remote_ports, scram_env, PLAINTEXT_PORT, SASL_PORT,
-    SASL_SSL, WRONG_HOST,
+    auth_stats, oauthbearer_env, password, password_file, remote_ports, scram_env, MTLS, MTLS_PORT,
+    PLAINTEXT_PORT, SASL_PORT, SASL_SSL, WRONG_HOST,
 };
 use integration_tests::{herald_bin, seed_orders, HeraldProcess, TestEnv};
 
@@ -70,14 +70,33 @@ fn expect_only_sasl_ssl(herald: &HeraldProcess) -> Result<()> {
     Ok(())
 }
 
+/// The shipped `config/local-sasl.toml` as it is (its `[kafka]`, `[kafka.tls]` and
+/// `[kafka.sasl]`), in this test's namespace: its database, topic prefix and ports.
+fn shipped_sasl_config(env: &TestEnv) -> Vec<(&'static str, String)> {
+    vec![
+        ("HERALD_DATABASE__URL", env.db_url.clone()),
+        ("HERALD_KAFKA__TOPIC_PREFIX", env.prefix.clone()),
+        ("HERALD_KAFKA__CONSUMER_SESSION_TIMEOUT_MS", "10000".to_owned()),
+        ("HERALD_ADMIN__LISTEN", "127.0.0.1:0".to_owned()),
+        ("HERALD_HTTP_INGEST__LISTEN", String::new()),
+        ("HERALD_TELEMETRY__TRACES_ENDPOINT", String::new()),
+        ("HERALD_LOG__FORMAT", "json".to_owned()),
+        ("HERALD_LOG__LEVEL", "debug".to_owned()),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pipeline_runs_through_sasl_ssl_with_scram_authenticated_and_never_plaintext() -> Result<()> {
     let env = TestEnv::new("sasl_scram", "").await?;
     let secret = password()?;
     let before = successful_sasl_ssl()?;
-    let mut env_vars = scram_env();
-    env_vars.push(("HERALD_LOG__LEVEL", "debug".to_owned()));
-    let mut herald = env.spawn_roles("ingest,relay,deliver", "herald", &vars(&env_vars))?;
+    let config = integration_tests::workspace_root().join("config/local-sasl.toml");
+    let mut herald = env.launcher().spawn_with(
+        &config,
+        "ingest,relay,deliver",
+        "herald",
+        &vars(&shipped_sasl_config(&env)),
+    )?;
     deliver_three(&env, &herald, 7101).await?;
     expect_only_sasl_ssl(&herald)?;
     // Herald's clients (the start-up check, readiness, the ingest and delivery consumers,
@@ -299,6 +318,102 @@ async fn a_wrong_password_ca_or_host_stops_start_up_within_seconds_naming_the_br
         .await?;
     ensure!(herald.is_running(), "right settings keep it running");
     ensure!(herald.terminate(WAIT).await?.success(), "SIGTERM exits 0");
+    env.cleanup().await;
+    Ok(())
+}
+
+/// `kafka.sh client-cert NAME`: a client certificate and key signed by the local CA.
+fn client_cert(name: &str) -> Result<(String, String)> {
+    let out = Command::new(integration_tests::workspace_root().join("deploy/local/kafka.sh"))
+        .args(["client-cert", name])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "kafka.sh client-cert: {}",
+        output_text(&out)
+    );
+    let dir = integration_tests::local_dir().join("kafka/tls");
+    Ok((
+        dir.join(format!("{name}.crt")).display().to_string(),
+        dir.join(format!("{name}.key")).display().to_string(),
+    ))
+}
+
+/// A self-signed certificate and key (openssl), which the broker's CA never signed.
+fn self_signed(dir: &std::path::Path) -> Result<(String, String)> {
+    let (crt, key) = (dir.join("rogue.crt"), dir.join("rogue.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=rogue",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .output()
+        .context("openssl (deploy/local/kafka.sh installs it)")?;
+    ensure!(out.status.success(), "openssl req: {}", output_text(&out));
+    Ok((crt.display().to_string(), key.display().to_string()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_with_a_certificate_the_ca_signed_works_and_without_one_start_up_stops() -> Result<()> {
+    let env = TestEnv::new("mtls", "").await?;
+    let mtls = |cert: Option<(String, String)>| {
+        let mut v: Vec<(&'static str, String)> = vec![
+            ("HERALD_KAFKA__BROKERS", MTLS.to_owned()),
+            ("HERALD_KAFKA__SECURITY_PROTOCOL", "ssl".to_owned()),
+            (
+                "HERALD_KAFKA__TLS__CA_FILE",
+                integration_tests::secure_kafka::ca_file().display().to_string(),
+            ),
+        ];
+        if let Some((crt, key)) = cert {
+            v.extend([
+                ("HERALD_KAFKA__TLS__CERT_FILE", crt),
+                ("HERALD_KAFKA__TLS__KEY_FILE", key),
+            ]);
+        }
+        v
+    };
+    let count = || -> Result<u64> { Ok(auth_stats()?.get("MTLS").map_or(0, |(ok, _)| *ok)) };
+    let before = count()?;
+    // A client certificate the local CA signed: the whole pipeline through it.
+    let mut herald = env.spawn_roles(
+        "ingest,relay,deliver",
+        "mtls",
+        &vars(&mtls(Some(client_cert("herald-it")?))),
+    )?;
+    deliver_three(&env, &herald, 7301).await?;
+    let ports = remote_ports(herald.pid().context("herald runs")?)?;
+    ensure!(
+        ports.contains(&MTLS_PORT) && !ports.contains(&PLAINTEXT_PORT),
+        "connected to {MTLS_PORT} only: {ports:?}"
+    );
+    ensure!(herald.terminate(WAIT).await?.success(), "SIGTERM exits 0");
+    let after = count()?;
+    ensure!(
+        after > before,
+        "the broker counted the certificate logins: {before} -> {after}"
+    );
+    // No certificate, and one the CA did not sign (librdkafka sends only a certificate
+    // whose issuer the broker names): refused at the handshake, named at once.
+    let (took, _) = run_must_fail_fast(&env, &mtls(None), &[MTLS, "could not be reached over TLS"])?;
+    eprintln!("no client certificate: stopped after {took:?}");
+    let (took, _) = run_must_fail_fast(
+        &env,
+        &mtls(Some(self_signed(&env.dir)?)),
+        &[MTLS, "could not be reached over TLS"],
+    )?;
+    eprintln!("a client certificate the CA did not sign: stopped after {took:?}");
     env.cleanup().await;
     Ok(())
 }

@@ -121,7 +121,7 @@ fn describe(brokers: &str, f: &Failure, diagnosis: Option<&str>) -> String {
         ),
         FailureKind::Tls => (
             "could not be reached over TLS",
-            "kafka.security_protocol and kafka.tls.ca_file (the broker's certificate must be signed by a trusted CA and name the host in kafka.brokers)",
+            "kafka.security_protocol, kafka.tls.ca_file (the broker's certificate must be signed by a trusted CA and name the host in kafka.brokers) and, where the broker requires a client certificate, kafka.tls.cert_file and key_file (signed by a CA it trusts)",
         ),
         FailureKind::Token => ("got no OAUTHBEARER token", "kafka.sasl.mechanism and its credentials"),
         FailureKind::Transport => ("could not be reached", "kafka.brokers"),

@@ -94,10 +94,13 @@ impl FailureKind {
     /// TLS client at a plaintext one), is `Tls`.
     pub fn of(code: RDKafkaErrorCode, reason: &str) -> Option<Self> {
         use RDKafkaErrorCode as C;
-        const WRONG_PROTOCOL: [&str; 3] = [
+        const WRONG_PROTOCOL: [&str; 4] = [
             "incorrect security.protocol",
             "SSL handshake failed",
             "connecting to a PLAINTEXT broker listener",
+            // OpenSSL's own errors, e.g. the broker's "alert bad certificate" when it
+            // requires a client certificate and was given none it trusts.
+            "SSL routines",
         ];
         Some(match code {
             C::BrokerTransportFailure if WRONG_PROTOCOL.iter().any(|hint| reason.contains(hint)) => {
@@ -337,6 +340,20 @@ mod tests {
                 "Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration (connecting to a SSL listener?)"
             ),
             Some(FailureKind::Tls)
+        );
+        assert_eq!(
+            FailureKind::of(
+                RDKafkaErrorCode::BrokerTransportFailure,
+                "ssl://127.0.0.1:19096/bootstrap: Receive failed: ../ssl/record/rec_layer_s3.c:1601:ssl3_read_bytes error:0A000412:SSL routines::sslv3 alert bad certificate: SSL alert number 42"
+            ),
+            Some(FailureKind::Tls)
+        );
+        assert_eq!(
+            FailureKind::of(
+                RDKafkaErrorCode::BrokerTransportFailure,
+                "127.0.0.1:19192/1: Connect to ipv4#127.0.0.1:19192 failed: Connection refused"
+            ),
+            Some(FailureKind::Transport)
         );
         assert_eq!(
             FailureKind::of(

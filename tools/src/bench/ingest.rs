@@ -334,6 +334,16 @@ pub async fn naive(env: &TestEnv, n: usize) -> Result<f64> {
 /// `herald run --roles ingest` x `instances`: events/s from start to lag 0, and the first
 /// instance's resource use.
 pub async fn herald(env: &TestEnv, w: &Workload, instances: usize) -> Result<IngestRun> {
+    herald_with(env, w, instances, &[]).await
+}
+
+/// [`herald`] with `extra` settings for every process (Kafka through SASL_SSL, say).
+pub async fn herald_with(
+    env: &TestEnv,
+    w: &Workload,
+    instances: usize,
+    extra: &[(&str, &str)],
+) -> Result<IngestRun> {
     let started = Instant::now();
     let mut procs = Vec::new();
     let mut admin = Vec::new();
@@ -342,10 +352,12 @@ pub async fn herald(env: &TestEnv, w: &Workload, instances: usize) -> Result<Ing
         let addr = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .to_string();
-        procs.push(env.spawn_ingest(
-            &format!("ingest-{i}"),
-            &[("HERALD_LOG__LEVEL", "warn"), ("HERALD_ADMIN__LISTEN", &addr)],
-        )?);
+        let mut vars = vec![
+            ("HERALD_LOG__LEVEL", "warn"),
+            ("HERALD_ADMIN__LISTEN", addr.as_str()),
+        ];
+        vars.extend_from_slice(extra);
+        procs.push(env.spawn_ingest(&format!("ingest-{i}"), &vars)?);
         admin.push(addr);
     }
     let group = env.group("herald-ingest");

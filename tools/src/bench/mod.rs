@@ -8,6 +8,7 @@ pub mod floor;
 pub mod ingest;
 pub mod latency;
 pub mod procstat;
+pub mod security;
 pub mod storage;
 
 use serde_json::{json, Value};

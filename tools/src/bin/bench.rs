@@ -1,9 +1,10 @@
-//! `herald-bench [--quick] [--storage-only | --latency-only] [--growth N,N...] [--out DIR]`: the benchmark behind `make bench` (and
+//! `herald-bench [--quick] [--storage-only | --latency-only | --security-only] [--growth N,N...] [--out DIR]`: the benchmark behind `make bench` (and
 //! `make bench-quick`). On the real local stack, side by side in one run: ingest against
 //! a do-nothing Kafka consumer, Herald's own statements without Kafka and the naive
 //! one-transaction-per-event loop; delivery against the Little's-law limit of a 50 ms
-//! provider stand-in and the sequential loop; end-to-end latency at half capacity; resource
-//! use; scale-out; and ingest rates as the intents table grows. Writes
+//! provider stand-in and the sequential loop; ingest and delivery through SASL_SSL against
+//! plaintext; end-to-end latency at half capacity; resource use; scale-out; and ingest
+//! rates as the intents table grows. Writes
 //! `DIR/<date>.json` and `DIR/<date>.md` (default DIR `bench/results`). Timings are
 //! reported, never asserted: the machine is shared and noisy, so read the ratios.
 
@@ -16,7 +17,7 @@ use herald_store::plans::HOT_STATEMENTS;
 use herald_tools::bench::ingest::{self, Workload};
 use herald_tools::bench::latency::{self, percentile, HOPS};
 use herald_tools::bench::procstat::Usage;
-use herald_tools::bench::{cost, delivery, floor, storage, Figure, Target};
+use herald_tools::bench::{cost, delivery, floor, security, storage, Figure, Target};
 use integration_tests::{standin, TestEnv};
 use serde_json::json;
 
@@ -105,6 +106,19 @@ async fn main() -> Result<()> {
         let half = recorded_half_capacity(&out).unwrap_or(LATENCY_RATE);
         let series = latency_runs(&format!("http://{standin_addr}"), half, &plan, &say).await?;
         return write_latency_only(&out, quick, &series, t0);
+    }
+    if args.iter().any(|a| a == "--security-only") {
+        let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
+        let w = Workload::new(plan.events);
+        let c = security::run(
+            &w,
+            &format!("http://{standin_addr}"),
+            plan.delivery_orders,
+            plan.runs,
+            &say,
+        )
+        .await?;
+        return write_security_only(&out, quick, &w, plan.delivery_orders, &c, t0);
     }
     if args.iter().any(|a| a == "--storage-only") {
         let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
@@ -248,6 +262,9 @@ async fn main() -> Result<()> {
         env.cleanup().await;
     }
 
+    // --- The cost of TLS and SASL ---------------------------------------------------------
+    let security = security::run(&w, &endpoint, plan.delivery_orders, plan.runs, &say).await?;
+
     // --- End-to-end latency and whole-machine cost ---------------------------------------
     let at_256 = delivery_figs[1].2.median();
     let capacity = herald_ingest.median().min(at_256 / 2.0);
@@ -314,6 +331,7 @@ async fn main() -> Result<()> {
     let mut figures = vec![&kafka, &pg, &floor, &naive, &herald_ingest, &ingest_two];
     figures.extend(delivery_figs.iter().map(|(_, _, f)| f));
     figures.extend([&delivery_floor, &sequential, &deliver_two]);
+    figures.extend(security.figures());
     let json = json!({
         "date": date,
         "quick": quick,
@@ -326,6 +344,7 @@ async fn main() -> Result<()> {
             "min": f.min(), "max": f.max()})).collect::<Vec<_>>(),
         "targets": targets.iter().map(|t| json!({"target": t.text, "ratio": t.lhs / t.rhs, "met": t.met()})).collect::<Vec<_>>(),
         "latency": latency_series.iter().map(Series::to_json).collect::<Vec<_>>(),
+        "security": security_json(&security),
         "resources": {
             "ingest": {"peak_rss_mib": ingest_usage.peak_rss_mib, "cpu_s_per_10k_events": ingest_usage.cpu_seconds / (w.events as f64) * 10_000.0},
             "deliver": {"peak_rss_mib": deliver_usage.peak_rss_mib, "cpu_s_per_10k_sends": deliver_usage.cpu_seconds / sends_measured.max(1.0) * 10_000.0},
@@ -359,6 +378,8 @@ async fn main() -> Result<()> {
     for t in &targets {
         writeln!(md, "{}", t.row())?;
     }
+    writeln!(md)?;
+    write_security(&mut md, &security)?;
     writeln!(md)?;
     write_latency(&mut md, &latency_series)?;
     writeln!(md)?;
@@ -398,6 +419,66 @@ async fn main() -> Result<()> {
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
     std::fs::write(out.join(format!("{date}.md")), &md)?;
     std::fs::write(out.join("latest.json"), serde_json::to_string_pretty(&json)?)?;
+    println!("{md}");
+    println!("bench: wrote {}", json_path.display());
+    Ok(())
+}
+
+/// SASL_SSL against plaintext, each pair's ratio of medians.
+fn write_security(md: &mut String, c: &security::Comparison) -> Result<()> {
+    writeln!(
+        md,
+        "Kafka through SASL_SSL (SCRAM-SHA-512, TLS verified) against plaintext, alternating:\n"
+    )?;
+    writeln!(
+        md,
+        "| figure | median | min | max | unit | what |\n|---|---|---|---|---|---|"
+    )?;
+    for f in c.figures() {
+        writeln!(md, "{}", f.row())?;
+    }
+    writeln!(
+        md,
+        "\n| SASL_SSL / plaintext | ratio of medians | each run against the plaintext run beside it |\n|---|---|---|"
+    )?;
+    for (what, ratio, paired) in c.ratios() {
+        let paired: Vec<String> = paired.iter().map(|r| format!("{r:.3}")).collect();
+        writeln!(md, "| {what} | {ratio:.3} | {} |", paired.join(", "))?;
+    }
+    Ok(())
+}
+
+fn security_json(c: &security::Comparison) -> serde_json::Value {
+    json!({
+        "figures": c.figures().iter().map(|f| f.to_json()).collect::<Vec<_>>(),
+        "ratios": c.ratios().iter().map(|(what, r, paired)| json!({"what": what, "sasl_ssl_over_plaintext": r, "paired": paired})).collect::<Vec<_>>(),
+    })
+}
+
+/// `--security-only`: SASL_SSL against plaintext alone, to `DIR/<date>-security.json` and `.md`.
+fn write_security_only(
+    out: &std::path::Path,
+    quick: bool,
+    w: &Workload,
+    delivery_orders: usize,
+    c: &security::Comparison,
+    t0: Instant,
+) -> Result<()> {
+    let date = chrono::Utc::now().format("%Y-%m-%dT%H%M%SZ").to_string();
+    let json = json!({"date": date, "quick": quick, "events": w.events, "delivery_orders": delivery_orders,
+                      "security": security_json(c), "duration_s": t0.elapsed().as_secs()});
+    let mut md = format!(
+        "# Herald through SASL_SSL against plaintext {date}{}\n\nIngest: {} events; delivery: {} orders (two channels), 50 ms provider stand-in.\n\n",
+        if quick { " (quick)" } else { "" },
+        w.events,
+        delivery_orders
+    );
+    write_security(&mut md, c)?;
+    writeln!(md, "\nTook {} s.", t0.elapsed().as_secs())?;
+    std::fs::create_dir_all(out)?;
+    let json_path = out.join(format!("{date}-security.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(out.join(format!("{date}-security.md")), &md)?;
     println!("{md}");
     println!("bench: wrote {}", json_path.display());
     Ok(())

@@ -15,7 +15,7 @@ fn load_str(toml: &str) -> anyhow::Result<Config> {
 
 #[test]
 fn shipped_configs_are_valid() {
-    for f in ["herald.example.toml", "local.toml"] {
+    for f in ["herald.example.toml", "local.toml", "local-sasl.toml"] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config").join(f);
         let text = std::fs::read_to_string(&path).unwrap();
         load_str(&text).unwrap_or_else(|e| panic!("{f}: {e:#}"));

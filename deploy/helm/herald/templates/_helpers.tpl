@@ -66,6 +66,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $ret "interval_secs" 0 -}}
 {{- $_ := set $cfg "retention" $ret -}}
 {{- $kafka := default (dict) $cfg.kafka -}}
+{{- /* The Kafka password and TLS files come from Secrets mounted as files. */ -}}
+{{- if .Values.secrets.kafkaPassword.name -}}
+{{- $sasl := default (dict) $kafka.sasl -}}
+{{- $_ := set $sasl "password_file" "/var/run/secrets/herald/kafka/password" -}}
+{{- $_ := set $kafka "sasl" $sasl -}}
+{{- end -}}
+{{- if .Values.secrets.kafkaTls.name -}}
+{{- $tls := default (dict) $kafka.tls -}}
+{{- $dir := "/var/run/secrets/herald/kafka-tls" -}}
+{{- with .Values.secrets.kafkaTls.caKey }}{{ $_ := set $tls "ca_file" (printf "%s/%s" $dir .) }}{{ end -}}
+{{- with .Values.secrets.kafkaTls.certKey }}{{ $_ := set $tls "cert_file" (printf "%s/%s" $dir .) }}{{ end -}}
+{{- with .Values.secrets.kafkaTls.keyKey }}{{ $_ := set $tls "key_file" (printf "%s/%s" $dir .) }}{{ end -}}
+{{- $_ := set $kafka "tls" $tls -}}
+{{- end -}}
 {{- $parts := default (dict) $kafka.partitions -}}
 {{- $_ := set $parts "order_events" (index .Values.partitions "order-events") -}}
 {{- $_ := set $parts "deliveries" (index .Values.partitions "herald.deliveries") -}}
