@@ -10,18 +10,22 @@ use std::ffi::{c_char, CStr, CString};
 use std::ptr;
 use std::time::Duration;
 
+use rdkafka::admin::AdminClient;
 use rdkafka::bindings as rd;
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 
-/// Waits up to `wait` for one event on `client`'s main queue and serves it: a token
-/// request is answered with the context's `generate_oauth_token` (a failure is reported to
+/// Waits up to `wait` for one event on `admin`'s main queue and serves it: a token request
+/// is answered with the context's `generate_oauth_token` (a failure is reported to
 /// librdkafka, which asks again later), a log line goes to its `log`, an error to its
 /// `error`; any other event is dropped. Returns whether there was an event.
 ///
-/// Call it from one thread at a time per client, for as long as the client is used.
-pub fn serve_main_queue<C: ClientContext>(client: &Client<C>, wait: Duration) -> bool {
+/// For an admin client only: its results come on a queue of their own, so its main queue
+/// holds nothing else. (A consumer's main queue is forwarded to its consumer queue, and a
+/// producer's carries its delivery reports: serving those here would drop them.)
+pub fn serve_main_queue<C: ClientContext>(admin: &AdminClient<C>, wait: Duration) -> bool {
+    let client = admin.inner();
     let rk = client.native_ptr();
     let wait_ms = wait.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: `client` is borrowed for the whole call, so `rk` is a live handle. The queue

@@ -95,7 +95,7 @@ impl ServedAdmin {
                 .name("herald-admin-queue".to_owned())
                 .spawn(move || {
                     while !stop.load(Ordering::Acquire) {
-                        herald_kafka_ffi::serve_main_queue(client.inner(), Duration::from_millis(100));
+                        herald_kafka_ffi::serve_main_queue(&client, Duration::from_millis(100));
                     }
                 })?
         };

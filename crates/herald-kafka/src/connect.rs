@@ -123,7 +123,15 @@ fn describe(brokers: &str, f: &Failure, diagnosis: Option<&str>) -> String {
             "could not be reached over TLS",
             "kafka.security_protocol, kafka.tls.ca_file (the broker's certificate must be signed by a trusted CA and name the host in kafka.brokers) and, where the broker requires a client certificate, kafka.tls.cert_file and key_file (signed by a CA it trusts)",
         ),
+        FailureKind::Protocol => (
+            "closes every connection as a listener of another protocol would",
+            "kafka.security_protocol against the listener's (plaintext, ssl, sasl_plaintext, sasl_ssl) and its port in kafka.brokers",
+        ),
         FailureKind::Token => ("got no OAUTHBEARER token", "kafka.sasl.mechanism and its credentials"),
+        FailureKind::Authorization => (
+            "does not let Herald's principal describe its topics",
+            "the cluster's ACLs (Herald's principal needs Describe, Read and Write on its topics and Read on its groups)",
+        ),
         FailureKind::Transport => ("could not be reached", "kafka.brokers"),
     };
     match diagnosis {
@@ -165,6 +173,24 @@ pub fn check(settings: &KafkaSettings, topic: &str, limit: Duration) -> Result<R
         let ask = left.min(Duration::from_millis(500));
         if let Ok(md) = client.client().fetch_metadata(Some(topic), ask) {
             if !md.brokers().is_empty() {
+                // Answered; but an ACL that hides the topic from Herald's principal makes
+                // every role fail later: named now.
+                let denied = md
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == topic)
+                    .and_then(|t| t.error())
+                    .map(rdkafka::types::RDKafkaErrorCode::from);
+                if denied == Some(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed) {
+                    return Err(CheckError::Misconfigured(Misconfigured::new(
+                        settings,
+                        Failure {
+                            kind: FailureKind::Authorization,
+                            reason: format!("topic {topic}: Broker: Topic authorization failed"),
+                            at: Instant::now(),
+                        },
+                    )));
+                }
                 return Ok(Reachability::Answered);
             }
         }

@@ -70,48 +70,74 @@ pub enum FailureKind {
     /// The broker refused the credentials (a wrong password, an unknown user, a mechanism
     /// it does not enable).
     Authentication,
-    /// TLS failed: an untrusted certificate, a certificate for another name, no TLS there.
+    /// TLS refused a certificate: an untrusted one, one for another name, a client
+    /// certificate the broker requires and was not given.
     Tls,
+    /// The broker closed the connection as a listener of another protocol would (a
+    /// plaintext client at a TLS port, TLS at a plaintext one, SASL where there is none).
+    /// A broker that is starting or stopping closes fresh connections the same way once,
+    /// so this stops start-up only when it keeps happening ([`ConnectionReport`]).
+    Protocol,
     /// The token source had no token to give.
     Token,
+    /// The cluster's ACLs deny Herald's principal its topics.
+    Authorization,
     /// The broker could not be reached (refused, reset, unresolvable).
     Transport,
 }
+
+/// librdkafka's and OpenSSL's words for a certificate refused by either side: no broker
+/// restart says them.
+const CERTIFICATE_REFUSED: [&str; 6] = [
+    "certificate verify failed",
+    "alert bad certificate",
+    "alert unknown ca",
+    "alert certificate unknown",
+    "alert certificate required",
+    "alert certificate expired",
+];
+
+/// librdkafka's hints that the listener speaks another protocol (a connection closed in
+/// the TLS handshake alternates with the hinted one when TLS meets a plaintext listener).
+const OTHER_PROTOCOL: [&str; 5] = [
+    "incorrect security.protocol",
+    "connecting to a PLAINTEXT broker listener",
+    "SSL handshake failed",
+    "in state SSL_HANDSHAKE",
+    "wrong version number",
+];
 
 impl FailureKind {
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Authentication => "authentication",
             FailureKind::Tls => "tls",
+            FailureKind::Protocol => "protocol",
             FailureKind::Token => "token",
+            FailureKind::Authorization => "authorization",
             FailureKind::Transport => "transport",
         }
     }
 
-    /// The class of a client error by its code; `None` for errors that say nothing about
-    /// the connection. A transport failure in the TLS handshake, or with librdkafka's own
-    /// hint that the listener speaks another protocol (a plaintext client at a TLS port, a
-    /// TLS client at a plaintext one), is `Tls`.
+    /// The class of a client error by its code and librdkafka's words; `None` for errors
+    /// that say nothing about the connection.
     pub fn of(code: RDKafkaErrorCode, reason: &str) -> Option<Self> {
         use RDKafkaErrorCode as C;
-        const WRONG_PROTOCOL: [&str; 4] = [
-            "incorrect security.protocol",
-            "SSL handshake failed",
-            "connecting to a PLAINTEXT broker listener",
-            // OpenSSL's own errors, e.g. the broker's "alert bad certificate" when it
-            // requires a client certificate and was given none it trusts.
-            "SSL routines",
-        ];
+        if matches!(code, C::SSL | C::BrokerTransportFailure)
+            && CERTIFICATE_REFUSED.iter().any(|w| reason.contains(w))
+        {
+            return Some(FailureKind::Tls);
+        }
         Some(match code {
-            C::BrokerTransportFailure if WRONG_PROTOCOL.iter().any(|hint| reason.contains(hint)) => {
-                FailureKind::Tls
-            }
             C::Authentication
             | C::SaslAuthenticationFailed
             | C::UnsupportedSASLMechanism
             | C::IllegalSASLState
             | C::ClusterAuthorizationFailed => FailureKind::Authentication,
-            C::SSL => FailureKind::Tls,
+            C::SSL | C::BrokerTransportFailure if OTHER_PROTOCOL.iter().any(|w| reason.contains(w)) => {
+                FailureKind::Protocol
+            }
+            C::SSL => FailureKind::Protocol,
             C::BrokerTransportFailure | C::AllBrokersDown | C::Resolve | C::BrokerNotAvailable => {
                 FailureKind::Transport
             }
@@ -119,12 +145,21 @@ impl FailureKind {
         })
     }
 
-    /// Whether retrying cannot help until an operator changes something (start-up stops at
-    /// once on these).
+    /// Whether retrying cannot help until an operator changes something: start-up stops
+    /// at once on these (and on [`FailureKind::Protocol`] when it persists).
     pub fn is_misconfiguration(self) -> bool {
-        !matches!(self, FailureKind::Transport)
+        matches!(
+            self,
+            FailureKind::Authentication | FailureKind::Tls | FailureKind::Token | FailureKind::Authorization
+        )
     }
 }
+
+/// How often, and for how long, a protocol failure must repeat with nothing else in
+/// between before it counts as a misconfiguration: a broker that restarts closes a fresh
+/// connection once, then refuses connections (transport) until it is back.
+const PROTOCOL_REPEATS: u32 = 3;
+const PROTOCOL_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One connection failure: its kind and librdkafka's words (which name the broker).
 #[derive(Debug, Clone)]
@@ -143,6 +178,9 @@ const DECODE_FAILURES_KEPT: usize = 16;
 pub struct ConnectionReport {
     last: Mutex<Option<Failure>>,
     last_misconfiguration: Mutex<Option<Failure>>,
+    /// Protocol failures in a row (any other failure ends the series): the first's time
+    /// and how many.
+    protocol_series: Mutex<Option<(Instant, u32)>>,
     tokens: AtomicU64,
     /// librdkafka's reasons for the last undecodable batches ("Decompression (codec 0x4) of
     /// message at 1234 of 567 bytes failed: ..."), newest last: the consumer error a
@@ -157,7 +195,24 @@ impl ConnectionReport {
             reason: reason.to_owned(),
             at: Instant::now(),
         };
-        if kind.is_misconfiguration() {
+        let persistent = {
+            let mut series = self.protocol_series.lock().unwrap_or_else(|e| e.into_inner());
+            match (kind, series.as_mut()) {
+                (FailureKind::Protocol, Some((since, n))) => {
+                    *n += 1;
+                    *n >= PROTOCOL_REPEATS && since.elapsed() >= PROTOCOL_FOR
+                }
+                (FailureKind::Protocol, None) => {
+                    *series = Some((Instant::now(), 1));
+                    false
+                }
+                _ => {
+                    *series = None;
+                    false
+                }
+            }
+        };
+        if kind.is_misconfiguration() || persistent {
             *self
                 .last_misconfiguration
                 .lock()
@@ -192,12 +247,23 @@ impl ConnectionReport {
         kept.push_back(reason.to_owned());
     }
 
+    /// librdkafka's last reason for an undecodable batch.
+    pub fn last_decode_failure(&self) -> Option<String> {
+        self.decode_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .back()
+            .cloned()
+    }
+
     /// librdkafka's last reason for an undecodable batch that starts at `offset` (its
     /// reasons name the batch's first offset, not its partition).
     pub fn decode_failure_at(&self, offset: i64) -> Option<String> {
-        let at = format!(" at {offset} ");
         let kept = self.decode_failures.lock().unwrap_or_else(|e| e.into_inner());
-        kept.iter().rev().find(|r| r.contains(&at)).cloned()
+        kept.iter()
+            .rev()
+            .find(|r| crate::undecodable::batch_start(r) == Some(offset))
+            .cloned()
     }
 }
 
@@ -269,7 +335,7 @@ impl<T: Send + Sync + 'static> ClientContext for Hooked<T> {
 mod tests {
     use super::*;
     use crate::token::{Token, TokenError};
-    use std::time::{Duration, SystemTime};
+    use std::time::Duration;
 
     struct Fixed(Option<&'static str>);
 
@@ -307,7 +373,6 @@ mod tests {
         let f = failing.hooks.report().last_misconfiguration().unwrap();
         assert_eq!(f.kind, FailureKind::Token);
         assert_eq!(failing.hooks.report().tokens_given(), 0);
-        assert!(SystemTime::now() > UNIX_EPOCH);
     }
 
     #[test]
@@ -328,39 +393,11 @@ mod tests {
         assert!(f.reason.contains("19094"));
         c.error(
             RdKafkaError::Global(RDKafkaErrorCode::SSL),
-            "certificate verify failed",
+            "ssl://b:9093/bootstrap: SSL handshake failed: error:0A000086:SSL routines::certificate verify failed",
         );
         assert_eq!(
             c.hooks.report().last_misconfiguration().unwrap().kind,
             FailureKind::Tls
-        );
-        assert_eq!(
-            FailureKind::of(
-                RDKafkaErrorCode::BrokerTransportFailure,
-                "Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration (connecting to a SSL listener?)"
-            ),
-            Some(FailureKind::Tls)
-        );
-        assert_eq!(
-            FailureKind::of(
-                RDKafkaErrorCode::BrokerTransportFailure,
-                "ssl://127.0.0.1:19096/bootstrap: Receive failed: ../ssl/record/rec_layer_s3.c:1601:ssl3_read_bytes error:0A000412:SSL routines::sslv3 alert bad certificate: SSL alert number 42"
-            ),
-            Some(FailureKind::Tls)
-        );
-        assert_eq!(
-            FailureKind::of(
-                RDKafkaErrorCode::BrokerTransportFailure,
-                "127.0.0.1:19192/1: Connect to ipv4#127.0.0.1:19192 failed: Connection refused"
-            ),
-            Some(FailureKind::Transport)
-        );
-        assert_eq!(
-            FailureKind::of(
-                RDKafkaErrorCode::BrokerTransportFailure,
-                "sasl_ssl://127.0.0.1:19092/bootstrap: SSL handshake failed: Disconnected: SSL connection closed by peer: connecting to a PLAINTEXT broker listener? (after 2ms in state SSL_HANDSHAKE)"
-            ),
-            Some(FailureKind::Tls)
         );
         // An error that says nothing about the connection changes nothing.
         c.error(RdKafkaError::Global(RDKafkaErrorCode::QueueFull), "queue full");
@@ -377,5 +414,62 @@ mod tests {
             .unwrap()
             .contains("codec 0x4"));
         assert_eq!(c.hooks.report().decode_failure_at(123), None);
+    }
+
+    #[test]
+    fn a_refused_certificate_is_tls_and_a_closed_connection_only_suspect() {
+        let of = |code, reason| FailureKind::of(code, reason);
+        use RDKafkaErrorCode::{BrokerTransportFailure as T, SSL};
+        assert_eq!(
+            of(T, "ssl://127.0.0.1:19096/bootstrap: Receive failed: ...: SSL routines::sslv3 alert bad certificate: SSL alert number 42"),
+            Some(FailureKind::Tls)
+        );
+        for closed in [
+            "sasl_ssl://127.0.0.1:19092/bootstrap: SSL handshake failed: Disconnected: SSL connection closed by peer: connecting to a PLAINTEXT broker listener? (after 2ms in state SSL_HANDSHAKE)",
+            "sasl_ssl://127.0.0.1:19092/bootstrap: Disconnected: SSL connection closed by peer (after 0ms in state SSL_HANDSHAKE)",
+            "127.0.0.1:19094/bootstrap: Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration (connecting to a SSL listener?)",
+        ] {
+            assert_eq!(of(T, closed), Some(FailureKind::Protocol), "{closed}");
+        }
+        assert_eq!(
+            of(
+                T,
+                "b:9092/1: Connect to ipv4#127.0.0.1:19192 failed: Connection refused"
+            ),
+            Some(FailureKind::Transport)
+        );
+        assert_eq!(
+            of(
+                SSL,
+                "ssl://b:9093/1: SSL handshake failed: unexpected eof while reading"
+            ),
+            Some(FailureKind::Protocol)
+        );
+    }
+
+    #[test]
+    fn a_protocol_failure_counts_only_when_it_keeps_happening() {
+        let report = ConnectionReport::default();
+        let closed = "b:9094/bootstrap: Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration";
+        // A broker restarting: closed once, then refused, then closed once more.
+        report.record(FailureKind::Protocol, closed);
+        report.record(FailureKind::Transport, "Connection refused");
+        report.record(FailureKind::Protocol, closed);
+        report.record(FailureKind::Transport, "Connection refused");
+        assert!(report.last_misconfiguration().is_none());
+        // Another protocol's listener: closed at every try.
+        report.record(FailureKind::Protocol, closed);
+        report.record(FailureKind::Protocol, closed);
+        report.record(FailureKind::Protocol, closed);
+        assert!(
+            report.last_misconfiguration().is_none(),
+            "not yet for long enough"
+        );
+        *report.protocol_series.lock().unwrap() = Some((Instant::now() - PROTOCOL_FOR, 3));
+        report.record(FailureKind::Protocol, closed);
+        assert_eq!(
+            report.last_misconfiguration().unwrap().kind,
+            FailureKind::Protocol
+        );
     }
 }

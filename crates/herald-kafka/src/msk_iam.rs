@@ -128,13 +128,23 @@ impl MskIam {
             concat!("herald/", env!("CARGO_PKG_VERSION")),
             QUERY,
         ));
+        // The signing time has whole seconds (X-Amz-Date); so has the expiry. A token is
+        // no better than its credentials: it is told to librdkafka as expiring with them
+        // (less the refresh margin), so that librdkafka asks for a new one, signed with the
+        // refreshed credentials, before a reconnection would present a dead one.
+        let signed =
+            UNIX_EPOCH + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs());
+        let mut expires_at = signed + TOKEN_LIFETIME;
+        if let Some(creds_expire) = credentials.expiry() {
+            let usable = creds_expire
+                .checked_sub(REFRESH_MARGIN / 2)
+                .unwrap_or(creds_expire);
+            expires_at = expires_at.min(usable.max(signed + Duration::from_secs(60)));
+        }
         Ok(Token {
             value: URL_SAFE_NO_PAD.encode(presigned),
             principal: NAME.to_owned(),
-            // The signing time has whole seconds (X-Amz-Date); so has the expiry.
-            expires_at: UNIX_EPOCH
-                + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
-                + TOKEN_LIFETIME,
+            expires_at,
         })
     }
 }
@@ -178,7 +188,16 @@ async fn refresh(source: std::sync::Weak<MskIam>, provider: SharedCredentialsPro
         let fetched = provider.provide_credentials().await;
         let Some(s) = source.upgrade() else { return };
         match fetched {
-            Ok(c) => *s.credentials.lock().unwrap_or_else(|e| e.into_inner()) = Some(c),
+            Ok(c) => {
+                let old_expiry = s.current().and_then(|o| o.expiry());
+                let same = old_expiry.is_some() && c.expiry() <= old_expiry;
+                *s.credentials.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+                if same {
+                    // The chain gave the same credentials (an instance role before its
+                    // rotation): ask again in a while, not at once.
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, retry_in_s = RETRY.as_secs(),
                     "could not refresh the AWS credentials for MSK IAM; the current ones are used until they expire");
@@ -292,6 +311,36 @@ mod tests {
             );
             assert!(url.starts_with(&aws), "ours: {url}\naws's: {aws}");
         }
+    }
+
+    #[test]
+    fn a_token_expires_no_later_than_its_credentials() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+        let soon = Credentials::new(
+            "A",
+            "s",
+            Some("t".into()),
+            Some(now + Duration::from_secs(400)),
+            "test",
+        );
+        let source = MskIam::with_credentials("eu-west-1", soon.clone());
+        let token = source.token_at(&soon, now).unwrap();
+        assert_eq!(
+            token.expires_at,
+            now + Duration::from_secs(400) - REFRESH_MARGIN / 2
+        );
+        let later = Credentials::new(
+            "A",
+            "s",
+            Some("t".into()),
+            Some(now + Duration::from_secs(7200)),
+            "test",
+        );
+        assert_eq!(
+            source.token_at(&later, now).unwrap().expires_at,
+            now + TOKEN_LIFETIME,
+            "long-lived credentials: the token's own 900 s"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The relay's side of `herald.deliveries`: every message produced and awaited until the
 //! broker acknowledged it, so that only acknowledged rows leave the outbox.
 
+use std::time::Duration;
+
 use futures::future::join_all;
 
 use crate::deliveries::DeliveryMessage;
@@ -11,14 +13,27 @@ use crate::{KafkaSettings, Result};
 pub struct DeliveryPublisher {
     producer: AckedProducer,
     topic: String,
+    message_timeout: Duration,
 }
 
 impl DeliveryPublisher {
     pub fn new(settings: &KafkaSettings, topic: &str) -> Result<Self> {
+        let config = settings.producer();
+        let message_timeout = config
+            .get("message.timeout.ms")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(Duration::from_secs(300), Duration::from_millis);
         Ok(Self {
-            producer: AckedProducer::create(&settings.producer(), settings.hooks())?,
+            producer: AckedProducer::create(&config, settings.hooks())?,
             topic: topic.to_owned(),
+            message_timeout,
         })
+    }
+
+    /// The longest a message waits for the broker's answer (`message.timeout.ms`): past
+    /// it, librdkafka fails it.
+    pub fn message_timeout(&self) -> Duration {
+        self.message_timeout
     }
 
     pub fn topic(&self) -> &str {

@@ -262,7 +262,6 @@ pub(crate) fn owned_property(key: &str) -> Option<&'static str> {
         "sasl.password" => {
             "set kafka.sasl.password_file (a mounted secret) or HERALD_KAFKA__SASL__PASSWORD, never a property"
         }
-        "ssl.ca.location" => "set kafka.tls.ca_file",
         "ssl.certificate.location" => "set kafka.tls.cert_file",
         "ssl.key.location" => "set kafka.tls.key_file",
         "ssl.key.password" => {
@@ -271,9 +270,18 @@ pub(crate) fn owned_property(key: &str) -> Option<&'static str> {
         "ssl.endpoint.identification.algorithm" | "enable.ssl.certificate.verification" => {
             "Herald always verifies the broker's certificate and name; give kafka.tls.ca_file for a private CA"
         }
-        "enable.sasl.oauthbearer.unsecure.jwt" | "sasl.oauthbearer.method" | "sasl.oauthbearer.config" => {
+        "ssl.ca.pem" | "ssl.certificate.pem" | "ssl.key.pem" => {
+            "give PEM as files: kafka.tls.ca_file, cert_file and key_file (a key inline in the configuration would be a secret outside the secret files)"
+        }
+        "ssl.keystore.location" | "ssl.keystore.password" | "ssl_key" | "ssl_certificate" | "ssl_ca" => {
+            "give the client certificate and key as PEM files: kafka.tls.cert_file and key_file (with key_password_file)"
+        }
+        "ssl.ca.certificate.stores" | "ssl.ca.location" => "set kafka.tls.ca_file",
+        "ssl.engine.location" | "ssl.providers" => "Herald uses OpenSSL's default provider",
+        key if key.starts_with("sasl.oauthbearer.") || key == "enable.sasl.oauthbearer.unsecure.jwt" => {
             "OAUTHBEARER tokens come from kafka.sasl.mechanism (\"aws_msk_iam\")"
         }
+        key if key.starts_with("sasl.kerberos.") => "GSSAPI (Kerberos) is not built into Herald's librdkafka",
         _ => return None,
     };
     Some(why)

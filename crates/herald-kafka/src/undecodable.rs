@@ -11,10 +11,14 @@
 //!    position: it gets the same kind of error there, or it reads a message and the
 //!    partition was only slow.
 //! 3. **The batch's end.** A fetch from any offset inside a batch returns the whole batch,
-//!    so a read fails at every offset up to the batch's last and succeeds after it. The
-//!    reader gallops (position + 1, + 2, + 4 ...) until a read succeeds or the high
-//!    watermark is reached, then bisects between the last failure and the first success.
-//!    About 2 log2(records in the batch) reads.
+//!    and librdkafka's error names the batch's first offset ("... of message at 1234 ...").
+//!    So a read inside the batch fails naming the same first offset, and a read after it
+//!    reads a message, or fails naming another batch (a second undecodable batch, with good
+//!    records maybe between the two). The reader gallops (position + 1, + 2, + 4 ...) until
+//!    a read is not the batch's or the high watermark is reached, then bisects between the
+//!    last read of the batch and the first that was not: about 2 log2(records in the batch)
+//!    reads. One batch at a time: a second one is found at the next stall, so no good
+//!    record between two of them is ever skipped.
 //!
 //! The result is a [`Skip`]: the topic, partition, offsets and librdkafka's reason, for the
 //! caller to dead-letter before it moves the consumer past them. The records themselves
@@ -37,6 +41,9 @@ use crate::{KafkaSettings, Result};
 pub const STALL_AFTER: Duration = Duration::from_secs(2);
 /// How long one probe read waits for a message or an error.
 const PROBE_WAIT: Duration = Duration::from_secs(5);
+/// How long one lookup may hold ingest's loop (which does not consume meanwhile): past it,
+/// the reads give no answer and the lookup is made again at the next stall.
+const LOOKUP_BUDGET: Duration = Duration::from_secs(30);
 /// Most probe reads for one batch: enough for 2^30 records.
 const MAX_PROBES: usize = 64;
 
@@ -131,15 +138,29 @@ impl StallWatch {
 enum Read {
     /// A message, at this offset (at or after the one asked for).
     Message(i64),
-    /// An undecodable batch there.
-    Undecodable(RDKafkaErrorCode),
+    /// An undecodable batch there, and its first offset where librdkafka's reason named it.
+    Undecodable(RDKafkaErrorCode, Option<i64>),
     /// Neither within the wait (an unreachable broker, an empty range): no conclusion.
     Nothing,
 }
 
-/// A reader of its own, for the probe reads.
+/// The first offset of the batch a librdkafka reason for an undecodable batch names:
+/// "Decompression (codec 0x4) of message at 1234 of 567 bytes failed", "MessageSet at offset
+/// 1234 (567 bytes) failed CRC32C check", "Unsupported Message(Set) MagicByte 3 at offset
+/// 1234".
+pub fn batch_start(reason: &str) -> Option<i64> {
+    reason.match_indices(" at ").find_map(|(i, at)| {
+        let rest = &reason[i + at.len()..];
+        let rest = rest.strip_prefix("offset ").unwrap_or(rest);
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    })
+}
+
+/// A reader of its own, for the probe reads, within [`LOOKUP_BUDGET`] of its creation.
 pub struct Prober {
     consumer: BaseConsumer<Plain>,
+    until: Instant,
 }
 
 impl Prober {
@@ -152,6 +173,7 @@ impl Prober {
                 group,
                 &[("fetch.wait.max.ms", "50"), ("fetch.error.backoff.ms", "20")],
             )?,
+            until: Instant::now() + LOOKUP_BUDGET,
         })
     }
 
@@ -174,7 +196,7 @@ impl Prober {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, partition, Offset::Offset(offset))?;
         self.consumer.assign(&tpl)?;
-        let deadline = Instant::now() + PROBE_WAIT;
+        let deadline = (Instant::now() + PROBE_WAIT).min(self.until);
         while Instant::now() < deadline {
             match self.consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) if m.partition() == partition && m.offset() >= offset => {
@@ -182,7 +204,9 @@ impl Prober {
                 }
                 Some(Ok(_)) | None => {}
                 Some(Err(RdKafkaError::MessageConsumption(code))) if is_undecodable(code) => {
-                    return Ok(Read::Undecodable(code))
+                    // The poll handed librdkafka's words to the context just before.
+                    let words = self.consumer.context().hooks.report().last_decode_failure();
+                    return Ok(Read::Undecodable(code, words.as_deref().and_then(batch_start)));
                 }
                 Some(Err(_)) => {}
             }
@@ -194,8 +218,8 @@ impl Prober {
     /// where the run ends (before `end`, the high watermark). `None`: the partition reads
     /// fine there, or the reads gave no answer (tried again at the next stall).
     pub fn find(&self, topic: &str, partition: i32, position: i64, end: i64) -> Result<Option<Skip>> {
-        let code = match self.read(topic, partition, position)? {
-            Read::Undecodable(code) => code,
+        let (code, batch) = match self.read(topic, partition, position)? {
+            Read::Undecodable(code, batch) => (code, batch),
             Read::Message(_) | Read::Nothing => return Ok(None),
         };
         let mut reads = 1;
@@ -203,8 +227,14 @@ impl Prober {
             reads += 1;
             self.read(topic, partition, offset)
         };
-        let Some(next_offset) = run_end(position, end, &mut probe)? else {
-            return Ok(None);
+        let next_offset = match batch {
+            Some(first) => match run_end(position, end, first, &mut probe)? {
+                Some(next) => next,
+                None => return Ok(None),
+            },
+            // librdkafka's words did not name the batch: one offset at a time, so that no
+            // good record is ever taken for part of it.
+            None => position + 1,
         };
         Ok(Some(Skip {
             topic: topic.to_owned(),
@@ -217,49 +247,65 @@ impl Prober {
     }
 }
 
-/// The first offset after the undecodable run that starts at `start` (known undecodable),
-/// before `end` (the high watermark, read as the end of the run when reached): gallop,
-/// then bisect. `None` when a read gave no answer or the reads ran out.
-fn run_end(start: i64, end: i64, read: &mut impl FnMut(i64) -> Result<Read>) -> Result<Option<i64>> {
-    let (mut bad, mut step, mut probes) = (start, 1i64, 0usize);
-    let mut good = loop {
-        let at = bad.saturating_add(step).min(end);
+/// The first offset after the undecodable batch whose first offset is `batch` and that
+/// `start` is in, before `end` (the high watermark, read as its end when reached): gallop,
+/// then bisect, on "the read fails naming this batch". `None` when a read gave no answer or
+/// the reads ran out.
+fn run_end(
+    start: i64,
+    end: i64,
+    batch: i64,
+    read: &mut impl FnMut(i64) -> Result<Read>,
+) -> Result<Option<i64>> {
+    // Whether the read at an offset is of this batch; `None`: no answer.
+    let mut of_batch = |at: i64| -> Result<Option<bool>> {
+        Ok(match read(at)? {
+            Read::Undecodable(_, Some(first)) => Some(first == batch),
+            // Undecodable without a name: not provably this batch (a bound, conservatively).
+            Read::Undecodable(_, None) | Read::Message(_) => Some(false),
+            Read::Nothing => None,
+        })
+    };
+    let (mut inside, mut step, mut probes) = (start, 1i64, 0usize);
+    let mut after = loop {
+        let at = inside.saturating_add(step).min(end);
         if at >= end {
             break end;
         }
         probes += 1;
-        match read(at)? {
-            Read::Undecodable(_) => {
-                bad = at;
+        match of_batch(at)? {
+            Some(true) => {
+                inside = at;
                 step = step.saturating_mul(2);
             }
-            Read::Message(_) => break at,
-            Read::Nothing => return Ok(None),
+            Some(false) => break at,
+            None => return Ok(None),
         }
         if probes >= MAX_PROBES {
             return Ok(None);
         }
     };
-    while good - bad > 1 {
+    while after - inside > 1 {
         probes += 1;
         if probes > MAX_PROBES {
             return Ok(None);
         }
-        let mid = bad + (good - bad) / 2;
-        match read(mid)? {
-            Read::Undecodable(_) => bad = mid,
-            Read::Message(_) => good = mid,
-            Read::Nothing => return Ok(None),
+        let mid = inside + (after - inside) / 2;
+        match of_batch(mid)? {
+            Some(true) => inside = mid,
+            Some(false) => after = mid,
+            None => return Ok(None),
         }
     }
-    Ok(Some(good))
+    Ok(Some(after))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// A partition of batches (first offset, last offset, decodable) and the reads made.
+    /// A partition of batches (first offset, last offset, decodable): what a read at an
+    /// offset finds, as librdkafka reports it (an undecodable batch named by its first offset).
     fn log(batches: &[(i64, i64, bool)]) -> impl FnMut(i64) -> Result<Read> + '_ {
         move |at| {
             // The batch holding `at`, else (a gap) the first after it.
@@ -269,35 +315,47 @@ mod tests {
                 .or_else(|| batches.iter().find(|(first, _, _)| *first > at));
             Ok(match batch {
                 Some((first, _, true)) => Read::Message(at.max(*first)),
-                Some((_, _, false)) => Read::Undecodable(RDKafkaErrorCode::NotImplemented),
+                Some((first, _, false)) => Read::Undecodable(RDKafkaErrorCode::NotImplemented, Some(*first)),
                 None => Read::Nothing,
             })
         }
     }
 
     #[test]
-    fn the_run_ends_where_the_next_decodable_batch_starts() {
+    fn the_run_ends_where_its_batch_ends() {
         // One bad batch of 10 in the middle, a good one after it.
         let batches = [(0, 9, true), (10, 19, false), (20, 29, true)];
-        assert_eq!(run_end(10, 30, &mut log(&batches)).unwrap(), Some(20));
+        assert_eq!(run_end(10, 30, 10, &mut log(&batches)).unwrap(), Some(20));
         // The bad batch is the last: the run ends at the high watermark.
-        assert_eq!(run_end(10, 20, &mut log(&batches[..2])).unwrap(), Some(20));
+        assert_eq!(run_end(10, 20, 10, &mut log(&batches[..2])).unwrap(), Some(20));
         // A batch of one record.
         let one = [(5, 5, false), (6, 6, true)];
-        assert_eq!(run_end(5, 7, &mut log(&one)).unwrap(), Some(6));
-        // Two bad batches in a row are one run.
+        assert_eq!(run_end(5, 7, 5, &mut log(&one)).unwrap(), Some(6));
+        // Two bad batches in a row: one at a time.
         let two = [(0, 99, false), (100, 499, false), (500, 520, true)];
-        assert_eq!(run_end(0, 521, &mut log(&two)).unwrap(), Some(500));
+        assert_eq!(run_end(0, 521, 0, &mut log(&two)).unwrap(), Some(100));
+        assert_eq!(run_end(100, 521, 100, &mut log(&two)).unwrap(), Some(500));
         // A gap (a transaction marker, compaction) after the bad batch: the read at the
         // gap finds the next message, so the run ends at the gap.
         let gap = [(10, 19, false), (21, 30, true)];
-        assert_eq!(run_end(10, 31, &mut log(&gap)).unwrap(), Some(20));
+        assert_eq!(run_end(10, 31, 10, &mut log(&gap)).unwrap(), Some(20));
+    }
+
+    /// Two undecodable batches with good records between them: the gallop from the first
+    /// lands in the second (1, 2, 4, 8), which must not carry the run over the good ones.
+    #[test]
+    fn good_records_between_two_bad_batches_are_never_skipped() {
+        let batches = [(1, 6, false), (7, 7, true), (8, 10, false), (11, 11, true)];
+        assert_eq!(run_end(1, 12, 1, &mut log(&batches)).unwrap(), Some(7));
+        assert_eq!(run_end(8, 12, 8, &mut log(&batches)).unwrap(), Some(11));
+        let wide = [(0, 9, false), (10, 12, true), (13, 40, false), (41, 50, true)];
+        assert_eq!(run_end(0, 51, 0, &mut log(&wide)).unwrap(), Some(10));
     }
 
     #[test]
     fn a_read_without_an_answer_gives_no_run() {
         let mut silent = |_| Ok(Read::Nothing);
-        assert_eq!(run_end(10, 30, &mut silent).unwrap(), None);
+        assert_eq!(run_end(10, 30, 10, &mut silent).unwrap(), None);
     }
 
     #[test]
@@ -309,8 +367,29 @@ mod tests {
             reads += 1;
             inner(at)
         };
-        assert_eq!(run_end(0, 100_011, &mut counting).unwrap(), Some(100_000));
+        assert_eq!(run_end(0, 100_011, 0, &mut counting).unwrap(), Some(100_000));
         assert!(reads <= 2 * 17 + 2, "{reads} reads");
+    }
+
+    #[test]
+    fn librdkafka_s_reasons_name_the_batch() {
+        assert_eq!(
+            batch_start(
+                "Decompression (codec 0x4) of message at 1234 of 567 bytes failed: Local: Not implemented"
+            ),
+            Some(1234)
+        );
+        assert_eq!(
+            batch_start(
+                "MessageSet at offset 77 (100 bytes) failed CRC32C check (original 0x1 != calculated 0x2)"
+            ),
+            Some(77)
+        );
+        assert_eq!(
+            batch_start("Unsupported Message(Set) MagicByte 3 at offset 5"),
+            Some(5)
+        );
+        assert_eq!(batch_start("Local: Broker transport failure"), None);
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         indexes: &["outbox_available_at_idx"],
         prepared: true,
         joins: false,
-        params: || vec![Box::new(500i64), Box::new(vec![7i64, 8])],
+        params: || vec![Box::new(500i64)],
     },
     HotStatement {
         name: "relay: delete published rows",

@@ -9,8 +9,7 @@ use uuid::Uuid;
 
 use crate::{Connection, Result, Store};
 
-/// Due outbox rows, oldest first, skipping rows another relay holds and those in $2 (this
-/// relay's rows whose messages are still on their way: see the relay role)
+/// Due outbox rows, oldest first, skipping rows another relay holds
 /// (outbox_available_at_idx), with their intent's channel. The row carries it (V14); a row
 /// queued before V14 or by an older Herald has none, and only for such a row the intent's
 /// is looked up (notification_intents_pkey, the contents' primary key: one probe; the
@@ -19,7 +18,7 @@ use crate::{Connection, Result, Store};
 pub(crate) const CLAIM_DUE: &str = "SELECT o.id, o.intent_id, o.trace_context,
             coalesce(o.channel, (SELECT i.channel FROM intent_contents i WHERE i.id = o.intent_id))
      FROM outbox o
-     WHERE o.available_at <= now() AND o.id <> ALL($2::int8[])
+     WHERE o.available_at <= now()
      ORDER BY o.available_at, o.id
      LIMIT $1
      FOR UPDATE SKIP LOCKED";
@@ -52,13 +51,12 @@ impl<'a> RelayTx<'a> {
         })
     }
 
-    /// Up to `limit` due rows, oldest first, skipping rows another relay holds and those
-    /// in `skip` (published by this relay and not yet acknowledged).
-    pub async fn claim_due(&self, limit: i64, skip: &[i64]) -> Result<Vec<OutboxRow>> {
+    /// Up to `limit` due rows, oldest first, skipping rows another relay holds.
+    pub async fn claim_due(&self, limit: i64) -> Result<Vec<OutboxRow>> {
         // outbox_available_at_idx (available_at, id). Prepared once per connection: a
         // relay round is a few rows, and planning it again cost as much as running it.
         let statement = self.tx.prepare_cached(CLAIM_DUE).await?;
-        let rows = self.tx.query(&statement, &[&limit, &skip]).await?;
+        let rows = self.tx.query(&statement, &[&limit]).await?;
         rows.into_iter()
             .map(|r| {
                 Ok(OutboxRow {
@@ -71,6 +69,14 @@ impl<'a> RelayTx<'a> {
             .collect()
     }
 
+    /// Makes `rows` (whose messages were refused after their round) due at once.
+    pub async fn due_now(&self, rows: &[i64]) -> Result<()> {
+        if !rows.is_empty() {
+            self.tx.execute(DUE_NOW, &[&rows]).await?;
+        }
+        Ok(())
+    }
+
     /// Deletes the published rows and commits.
     ///
     /// Failure policy: call only after the broker acknowledged every row. A crash before
@@ -78,12 +84,65 @@ impl<'a> RelayTx<'a> {
     /// round publishes them again: a duplicate on the topic, which delivery absorbs through
     /// the intent's state and lease. Nothing is ever deleted unpublished.
     pub async fn finish(self, published: &[i64]) -> Result<()> {
+        self.finish_deferring(published, &[], std::time::Duration::ZERO)
+            .await
+    }
+
+    /// [`RelayTx::finish`], and the rows in `late` (published, their answer not in yet)
+    /// made due again only `after` from now: meanwhile no relay claims them, this one
+    /// deletes each once its message is acknowledged, and a refused one is made due at
+    /// once ([`Store::outbox_due_now`]).
+    ///
+    /// Failure policy: a crash with such rows deferred leaves them in the outbox, due again
+    /// after `after`: published again, a duplicate for an acknowledged one, never a loss.
+    pub async fn finish_deferring(
+        self,
+        published: &[i64],
+        late: &[i64],
+        after: std::time::Duration,
+    ) -> Result<()> {
         if !published.is_empty() {
             // outbox_pkey
             let statement = self.tx.prepare_cached(DELETE_PUBLISHED).await?;
             self.tx.execute(&statement, &[&published]).await?;
         }
+        if !late.is_empty() {
+            let ms = after.as_millis() as i64;
+            // outbox_pkey
+            self.tx.execute(DEFER, &[&late, &ms]).await?;
+        }
         self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Late rows made due again later (outbox_pkey).
+const DEFER: &str =
+    "UPDATE outbox SET available_at = now() + $2::int8 * interval '1 millisecond' WHERE id = ANY($1::int8[])";
+/// Rows whose messages were refused made due at once (outbox_pkey).
+const DUE_NOW: &str = "UPDATE outbox SET available_at = now() WHERE id = ANY($1::int8[])";
+
+impl Store {
+    /// Deletes rows whose messages the broker acknowledged after their round (outbox_pkey).
+    /// A row another relay claimed meanwhile (its deferral ran out) waits for that relay's
+    /// round; one already deleted is no longer there.
+    pub async fn outbox_published(&self, published: &[i64]) -> Result<()> {
+        if published.is_empty() {
+            return Ok(());
+        }
+        let conn = self.conn().await?;
+        let statement = conn.prepare_cached(DELETE_PUBLISHED).await?;
+        conn.execute(&statement, &[&published]).await?;
+        Ok(())
+    }
+
+    /// Makes rows whose messages were refused after their round due at once.
+    pub async fn outbox_due_now(&self, refused: &[i64]) -> Result<()> {
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let conn = self.conn().await?;
+        conn.execute(DUE_NOW, &[&refused]).await?;
         Ok(())
     }
 }

@@ -162,9 +162,14 @@ fn main() -> ExitCode {
     let scrape = telemetry.scrape_handle();
     let result = runtime.block_on(async move {
         let mut config = config;
-        // Secrets are read, and an MSK IAM token source started, only for commands that may
-        // use Kafka: check-config validates a file without the secrets it names.
-        if !matches!(cli.command, Command::CheckConfig { .. }) {
+        // Kafka's secrets are read, and an MSK IAM token source started, only for the
+        // commands that make Kafka clients: the migration Job, retention and the ledger's
+        // commands run without them (and without their files mounted), and check-config
+        // validates a file without the secrets it names.
+        if matches!(
+            cli.command,
+            Command::Run(_) | Command::Topics { .. } | Command::DeadLetter { .. } | Command::Lag(_)
+        ) {
             config
                 .resolve_kafka_security()
                 .await

@@ -1,8 +1,9 @@
 //! `kafka.security_protocol`, `[kafka.tls]` and `[kafka.sasl]`: how Herald reaches the
 //! brokers (herald_kafka::security). Validated with the rest at load; the secrets (from files
 //! or `HERALD_KAFKA__SASL__PASSWORD` / `HERALD_KAFKA__TLS__KEY_PASSWORD`) are read, and an
-//! MSK IAM token source started, only when a command is about to use Kafka
-//! ([`KafkaConfig::security`]): `herald check-config` reads no secret file.
+//! MSK IAM token source started, only by the commands that make Kafka clients (`run`,
+//! `topics`, `dead-letter`, `lag`: [`KafkaConfig::security`]); `migrate`, `retention`, the
+//! ledger's commands and `check-config` read no Kafka secret and need none mounted.
 
 use std::fmt;
 use std::sync::Arc;

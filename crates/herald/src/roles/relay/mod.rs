@@ -3,8 +3,9 @@
 //! fallback (and for rows that become due later, such as scheduled retries). Several relays
 //! may run at once: `FOR UPDATE SKIP LOCKED` gives each its own rows. A round waits for its
 //! acknowledgements for `relay.ack_wait_ms` at most; the late ones are awaited beside the
-//! next rounds (`on_their_way`), so a partition whose leader does not answer holds only its
-//! own rows.
+//! next rounds (`on_their_way`), their rows made due again only once the producer's own
+//! timeout has passed, so a partition whose leader does not answer holds only its own
+//! rows.
 
 mod on_their_way;
 
@@ -97,12 +98,24 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         }
     }
     stranded.abort();
-    let left = on_their_way.lock().await.len();
-    if left > 0 {
-        // Their rows stay in the outbox and are published again by the next relay.
+    // Messages still on their way: their answers, for up to ack_wait, are recorded; the
+    // rest stay deferred and are published again once their deferral runs out.
+    let mut waiting = on_their_way.lock().await;
+    waiting
+        .wait_for_all(tokio::time::Instant::now() + limits.ack_wait)
+        .await;
+    let last = waiting.answered().await;
+    let recorded = async {
+        store.outbox_published(&last.acknowledged).await?;
+        store.outbox_due_now(&last.refused).await
+    };
+    if let Err(e) = recorded.await {
+        warn!(error = %e, "answers that came in at shutdown not recorded; their rows are published again later");
+    }
+    if waiting.len() > 0 {
         info!(
-            on_their_way = left,
-            "relay stopping with messages not acknowledged yet"
+            on_their_way = waiting.len(),
+            "relay stopping with messages not acknowledged yet: their rows are published again once due"
         );
     }
     info!(published_total, "relay stopped");
@@ -148,8 +161,9 @@ struct Limits {
 }
 
 /// Publishes up to `batch` due rows (fewer while messages are on their way past earlier
-/// rounds), waits up to `ack_wait` for their acknowledgements, and deletes the
-/// acknowledged rows, this round's and earlier ones'.
+/// rounds), waits up to `ack_wait` for their acknowledgements, deletes the acknowledged
+/// rows (this round's and earlier ones'), defers the late ones, and makes the earlier
+/// refused ones due again. On an error, the earlier answers are kept for the next round.
 async fn round(
     store: &Store,
     publisher: &DeliveryPublisher,
@@ -159,11 +173,31 @@ async fn round(
 ) -> anyhow::Result<Round> {
     let mut on_their_way = on_their_way.lock().await;
     let earlier = on_their_way.answered().await;
+    let done = publish_round(store, publisher, limits, &mut on_their_way, &earlier, obs).await;
+    if done.is_err() {
+        // Nothing of them was committed: their rows are still deferred, and they are
+        // recorded by the next round. Failure policy: a crash before it leaves them due
+        // once their deferral runs out.
+        on_their_way.keep(earlier);
+    }
+    done
+}
+
+async fn publish_round(
+    store: &Store,
+    publisher: &DeliveryPublisher,
+    limits: &Limits,
+    on_their_way: &mut OnTheirWay,
+    earlier: &on_their_way::Answered,
+    obs: &Obs,
+) -> anyhow::Result<Round> {
     let room = limits.max_unacknowledged.saturating_sub(on_their_way.len()) as i64;
     let mut conn = store.conn().await?;
     let tx = RelayTx::begin(&mut conn).await?;
+    // The earlier refused first: due again at once, they may be claimed right below.
+    tx.due_now(&earlier.refused).await?;
     let rows = if room > 0 {
-        tx.claim_due(limits.batch.min(room), &on_their_way.rows()).await?
+        tx.claim_due(limits.batch.min(room)).await?
     } else {
         Vec::new()
     };
@@ -220,9 +254,9 @@ async fn round(
         .map(|m| tokio::spawn(publisher.publish(m)))
         .collect();
     let deadline = tokio::time::Instant::now() + limits.ack_wait;
-    let mut published = earlier.acknowledged.clone();
+    let mut published = Vec::with_capacity(rows.len());
     let mut refused = None;
-    let mut late = 0usize;
+    let mut late = Vec::new();
     for (r, mut send) in rows.iter().zip(sends) {
         match tokio::time::timeout_at(deadline, &mut send).await {
             Ok(Ok(Ok(()))) => published.push(r.id),
@@ -233,22 +267,29 @@ async fn round(
             Ok(Err(e)) => {
                 refused.get_or_insert(anyhow::Error::new(e).context("the send's task failed"));
             }
-            Err(_) => {
-                late += 1;
-                on_their_way.add(r.id, send);
-            }
+            Err(_) => late.push((r.id, send)),
         }
     }
     drop(spans);
-    if late > 0 {
-        warn!(late, ack_wait_ms = limits.ack_wait.as_millis() as u64, on_their_way = on_their_way.len(),
-              "delivery messages not acknowledged in time (a partition leader slow, frozen or being elected): the relay goes on; their rows wait for the answer");
-    }
+    let late_rows: Vec<i64> = late.iter().map(|(row, _)| *row).collect();
+    let deleted: Vec<i64> = published.iter().chain(&earlier.acknowledged).copied().collect();
     // Failure policy: a crash here, after the broker acknowledged and before the delete
     // commits, leaves the rows to be published again: a duplicate message, never a loss.
     fail::fail_point!("relay-after-publish");
-    tx.finish(&published).await?;
-    obs.metrics.relay_published(published.len() as u64);
+    // Late rows: due again once the producer would have given up on them (and a margin),
+    // so that no relay publishes them again while their answer may still come. Should the
+    // commit fail, their rows stay due and a later round publishes them again (a
+    // duplicate when the late answer was an acknowledgement).
+    tx.finish_deferring(&deleted, &late_rows, publisher.message_timeout() + LATE_MARGIN)
+        .await?;
+    for (row, send) in late {
+        on_their_way.add(row, send);
+    }
+    if !late_rows.is_empty() {
+        warn!(late = late_rows.len(), ack_wait_ms = limits.ack_wait.as_millis() as u64, on_their_way = on_their_way.len(),
+              "delivery messages not acknowledged in time (a partition leader slow, frozen or being elected): the relay goes on; their rows wait for the answer");
+    }
+    obs.metrics.relay_published(deleted.len() as u64);
     debug!(claimed = rows.len(), published = published.len(), "relay round");
     // A round with every record refused fails, so the caller backs off before the rows are
     // claimed again: a client that refuses at once (one in librdkafka's fatal state, say)
@@ -256,7 +297,7 @@ async fn round(
     // some is a success with a warning: the refused rows go in a later round, and one row
     // refused every time cannot slow the others down to the backoff's pace.
     if let Some(e) = refused {
-        let not_acked = rows.len() + earlier.acknowledged.len() - published.len() - late;
+        let not_acked = rows.len() - published.len() - late_rows.len();
         let e = e.context(format!(
             "{not_acked} of {} delivery messages not acknowledged; they stay in the outbox",
             rows.len()
@@ -268,6 +309,9 @@ async fn round(
     }
     Ok(Round {
         claimed: rows.len(),
-        published: published.len(),
+        published: deleted.len(),
     })
 }
+
+/// Beyond the producer's own timeout, before a late row is due again.
+const LATE_MARGIN: Duration = Duration::from_secs(5);

@@ -1,15 +1,14 @@
 //! Delivery messages a round published and stopped waiting for (`relay.ack_wait_ms`): a
 //! partition whose leader is frozen, slow or being elected answers late, and a round that
 //! waited for it held every row it had claimed, so every partition waited with it. Such a
-//! message stays on its way in librdkafka (until the broker answers or its
-//! `message.timeout.ms`); its row stays in the outbox, unlocked, and this relay's later
-//! rounds skip it (`claim_due`'s skip list) until the answer comes: acknowledged, the row is
-//! deleted by the next round; refused, it is forgotten here and the row published again.
+//! message stays on its way in librdkafka (until the broker answers, or its
+//! `message.timeout.ms`). Its round made its row due again only after that time, so no
+//! relay claims it meanwhile; when the answer comes, a later round deletes the row
+//! (acknowledged) or makes it due at once (refused: published again).
 //!
-//! Failure policy: a crash with messages on their way leaves their rows in the outbox: a
-//! later relay publishes them again (a duplicate message if the first was acknowledged,
-//! which delivery absorbs). Another relay instance may claim such a row meanwhile (it is
-//! not locked): the same duplicate, never a loss.
+//! Failure policy: a crash with messages on their way leaves their rows in the outbox, due
+//! again once their deferral runs out: published again, a duplicate message for one the
+//! broker had acknowledged (delivery absorbs it), never a loss.
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -25,23 +24,18 @@ pub struct OnTheirWay {
     pending: Vec<Pending>,
 }
 
-/// What came back since the last look.
-#[derive(Debug, Default)]
+/// What came back, by row.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Answered {
-    /// Rows whose messages the broker acknowledged: to delete.
+    /// Acknowledged: to delete.
     pub acknowledged: Vec<i64>,
-    /// Messages refused or lost: their rows are published again.
-    pub refused: usize,
+    /// Refused or lost: to publish again.
+    pub refused: Vec<i64>,
 }
 
 impl OnTheirWay {
     pub fn len(&self) -> usize {
         self.pending.len()
-    }
-
-    /// The rows to skip when claiming.
-    pub fn rows(&self) -> Vec<i64> {
-        self.pending.iter().map(|p| p.row).collect()
     }
 
     pub fn add(&mut self, row: i64, answer: JoinHandle<herald_kafka::Result<()>>) {
@@ -59,16 +53,42 @@ impl OnTheirWay {
             }
             match p.answer.await {
                 Ok(Ok(())) => out.acknowledged.push(p.row),
-                _ => out.refused += 1,
+                _ => out.refused.push(p.row),
             }
         }
         self.pending = still;
         out
     }
 
+    /// Puts answers taken by [`OnTheirWay::answered`] back, for a round that could not
+    /// record them.
+    pub fn keep(&mut self, answered: Answered) {
+        for row in answered.acknowledged {
+            self.add(row, tokio::spawn(async { Ok(()) }));
+        }
+        for row in answered.refused {
+            self.add(
+                row,
+                tokio::spawn(async {
+                    Err(herald_kafka::KafkaError::Topic {
+                        topic: String::new(),
+                        detail: "refused".into(),
+                    })
+                }),
+            );
+        }
+    }
+
     /// Waits until one of them has its answer, or until `deadline`.
     pub async fn wait_for_one(&mut self, deadline: Instant) {
         while !self.pending.iter().any(|p| p.answer.is_finished()) && Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until every one has its answer, or until `deadline`.
+    pub async fn wait_for_all(&mut self, deadline: Instant) {
+        while !self.pending.iter().all(|p| p.answer.is_finished()) && Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
@@ -80,7 +100,7 @@ mod tests {
     use std::time::Duration;
 
     #[tokio::test(start_paused = true)]
-    async fn answers_are_taken_as_they_come_and_the_rest_stay_skipped() {
+    async fn answers_are_taken_as_they_come_and_the_rest_stay_on_their_way() {
         let mut w = OnTheirWay::default();
         w.add(1, tokio::spawn(async { Ok(()) }));
         w.add(
@@ -101,9 +121,14 @@ mod tests {
         );
         tokio::task::yield_now().await;
         let a = w.answered().await;
-        assert_eq!(a.acknowledged, vec![1]);
-        assert_eq!(a.refused, 1);
-        assert_eq!(w.rows(), vec![2], "the late one is still skipped");
+        assert_eq!(
+            a,
+            Answered {
+                acknowledged: vec![1],
+                refused: vec![3]
+            }
+        );
+        assert_eq!(w.len(), 1, "the late one is still on its way");
         w.wait_for_one(Instant::now() + Duration::from_secs(120)).await;
         assert_eq!(w.answered().await.acknowledged, vec![2]);
         assert_eq!(w.len(), 0);
