@@ -264,3 +264,59 @@ async fn a_record_batch_that_cannot_be_decoded_is_dead_lettered_and_its_partitio
     env.cleanup().await;
     Ok(())
 }
+
+/// A batch of Herald's own deliveries topic that cannot be decoded (one corrupted on the
+/// broker's disk): the delivery consumer moves past it, the intents whose messages it held
+/// are queued again by the relay's stranded-intent check, and every order is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undecodable_deliveries_batch_is_passed_and_its_intents_queued_again() -> Result<()> {
+    let env = TestEnv::new("undecodable_deliveries", "").await?;
+    let seller = UniqueSeller::new();
+    let healthy = producer()?;
+    // The relay's check finds intents due without an outbox row after 15 s.
+    let relay_vars = [
+        ("HERALD_RELAY__STRANDED_GRACE_SECS", "15"),
+        ("HERALD_RELAY__STRANDED_CHECK_SECS", "2"),
+    ];
+    let mut feed = env.spawn_roles("ingest,relay", "feed", &relay_vars)?;
+    publish_sellers(&env, &[seller.profile(SELLER)]).await?;
+    let orders: Vec<String> = (0..6).map(|i| format!("d-{i}")).collect();
+    for o in &orders {
+        send(&env, &healthy, o).await?;
+    }
+    env.wait_count(
+        "every intent created",
+        "SELECT count(*) FROM notification_intents",
+        12,
+        WAIT,
+    )
+    .await?;
+    env.wait_count("the outbox published", "SELECT count(*) FROM outbox", 0, WAIT)
+        .await?;
+    // The first batch of partition 0 of the deliveries topic, made undecodable.
+    let deliveries = env.topic("herald.deliveries");
+    let batch = integration_tests::segments::batches(&deliveries, 0)?
+        .into_iter()
+        .next()
+        .context("a batch on the deliveries topic's partition 0")?;
+    set_codec(&batch, 5)?;
+    let mut deliver = env.spawn_roles("deliver", "deliver", &[])?;
+    expect_delivered(&env, &seller, &orders).await?;
+    env.wait_lag_zero("herald-delivery", &["herald.deliveries"])
+        .await?;
+    ensure!(
+        deliver
+            .log()
+            .contains("deliveries record batch librdkafka cannot decode: moved past it"),
+        "the skip is logged: {}",
+        deliver.log()
+    );
+    ensure!(
+        feed.log().contains("intents due without an outbox row"),
+        "the skipped intents were queued again"
+    );
+    ensure!(deliver.terminate(WAIT).await?.success(), "SIGTERM exits 0");
+    ensure!(feed.terminate(WAIT).await?.success(), "SIGTERM exits 0");
+    env.cleanup().await;
+    Ok(())
+}

@@ -274,6 +274,12 @@ pub struct Hooked<T> {
     pub inner: T,
 }
 
+impl<T> AsRef<Hooks> for Hooked<T> {
+    fn as_ref(&self) -> &Hooks {
+        &self.hooks
+    }
+}
+
 impl<T: Send + Sync + 'static> ClientContext for Hooked<T> {
     const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
 

@@ -16,7 +16,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use crate::context::Hooked;
-use crate::undecodable::{is_undecodable, Positions, Prober, Skip, StallWatch};
+use crate::undecodable::{find_runs, is_undecodable, positions, seek_past, Skip, StallWatch};
 use crate::{KafkaSettings, LagStats, Result};
 
 /// Logs assignments and revocations and the outcome of each offset commit (the consumer
@@ -51,17 +51,6 @@ impl ConsumerContext for Hooked<LoggingContext> {
             }
         }
     }
-}
-
-/// The offsets a list holds, by (topic, partition); logical ones (none, invalid) left out.
-fn offsets_of(tpl: &TopicPartitionList) -> Positions {
-    tpl.elements()
-        .iter()
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some(((e.topic().to_owned(), e.partition()), o)),
-            _ => None,
-        })
-        .collect()
 }
 
 fn describe(tpl: &TopicPartitionList) -> String {
@@ -170,25 +159,6 @@ impl BatchConsumer {
         })
     }
 
-    /// Every assigned partition's position: the offset after the last message handed out,
-    /// or -1 where none was since the assignment (read from the committed offset when it
-    /// matters, see [`BatchConsumer::find_undecodable`]).
-    fn positions(&self) -> Positions {
-        let Ok(tpl) = self.consumer.position() else {
-            return BTreeMap::new();
-        };
-        tpl.elements()
-            .iter()
-            .map(|e| {
-                let o = match e.offset() {
-                    Offset::Offset(o) => o,
-                    _ => -1,
-                };
-                ((e.topic().to_owned(), e.partition()), o)
-            })
-            .collect()
-    }
-
     /// Notes a consumer error: one that says a batch cannot be decoded opens a stall watch.
     fn note(&self, e: &RdKafkaError) {
         if let RdKafkaError::MessageConsumption(code) = e {
@@ -196,7 +166,7 @@ impl BatchConsumer {
                 self.stalls
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .saw(*code, || self.positions());
+                    .saw(*code, || positions(&self.consumer));
             }
         }
     }
@@ -207,91 +177,16 @@ impl BatchConsumer {
         self.stalls.lock().unwrap_or_else(|e| e.into_inner()).due()
     }
 
-    /// Blocking. The undecodable runs that stall partitions now (see
-    /// [`crate::undecodable`]): a partition whose position stood still since the first
-    /// undecodable error, with messages behind it, read by a reader of its own. Call between
-    /// batches, once every batch handed out is durable: the caller dead-letters each run and
-    /// then moves past it ([`BatchConsumer::skip_past`]). Three requests to the cluster
-    /// whatever the number of partitions (committed offsets, log starts, log ends), then the
-    /// probe reads.
+    /// Blocking. The undecodable runs that stall partitions now ([`find_runs`]). Call
+    /// between batches, once every batch handed out is durable: the caller dead-letters
+    /// each run and then moves past it ([`BatchConsumer::skip_past`]).
     pub fn find_undecodable(&self, settings: &KafkaSettings) -> Result<Vec<Skip>> {
         let stood_still = self
             .stalls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .stood_still(&self.positions());
-        if stood_still.is_empty() {
-            return Ok(Vec::new());
-        }
-        let all: Vec<(String, i32)> = stood_still.iter().map(|(tp, _)| tp.clone()).collect();
-        // Where nothing was handed out since the assignment: the committed offset, else the
-        // log start (`auto.offset.reset=earliest`).
-        let unknown: Vec<(String, i32)> = stood_still
-            .iter()
-            .filter(|(_, p)| *p < 0)
-            .map(|(tp, _)| tp.clone())
-            .collect();
-        let committed = self.committed(&unknown)?;
-        let starts = self.log_offsets(&unknown, Offset::Beginning)?;
-        let ends = self.log_offsets(&all, Offset::End)?;
-        let mut runs = Vec::new();
-        for (tp, position) in stood_still {
-            let start = match position {
-                p if p >= 0 => Some(p),
-                _ => committed.get(&tp).or_else(|| starts.get(&tp)).copied(),
-            };
-            if let (Some(start), Some(end)) = (start, ends.get(&tp).copied()) {
-                if start < end {
-                    runs.push((tp, start, end));
-                }
-            }
-        }
-        if runs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let prober = Prober::new(settings, &self.group)?;
-        let mut found = Vec::new();
-        for ((topic, partition), start, end) in runs {
-            if let Some(mut skip) = prober.find(&topic, partition, start, end)? {
-                let report = self.consumer.context().hooks.report();
-                if let Some(words) = report.decode_failure_at(start) {
-                    skip.reason = format!("{}: {words}", skip.reason);
-                }
-                found.push(skip);
-            }
-        }
-        // Closing a client waits up to a second for its threads: not on ingest's way.
-        std::thread::spawn(move || drop(prober));
-        Ok(found)
-    }
-
-    /// The group's committed offsets of `partitions`, where it has one.
-    fn committed(&self, partitions: &[(String, i32)]) -> Result<Positions> {
-        if partitions.is_empty() {
-            return Ok(Positions::new());
-        }
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in partitions {
-            tpl.add_partition(t, *p);
-        }
-        Ok(offsets_of(
-            &self.consumer.committed_offsets(tpl, Duration::from_secs(10))?,
-        ))
-    }
-
-    /// The log start (`Offset::Beginning`) or end (`Offset::End`, the high watermark) of
-    /// `partitions`, in one request per broker.
-    fn log_offsets(&self, partitions: &[(String, i32)], which: Offset) -> Result<Positions> {
-        if partitions.is_empty() {
-            return Ok(Positions::new());
-        }
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in partitions {
-            tpl.add_partition_offset(t, *p, which)?;
-        }
-        Ok(offsets_of(
-            &self.consumer.offsets_for_times(tpl, Duration::from_secs(10))?,
-        ))
+            .stood_still(&positions(&self.consumer));
+        find_runs(&self.consumer, stood_still, settings, &self.group)
     }
 
     /// Blocking. Moves the consumer past `skip` and stores its end as the partition's
@@ -299,12 +194,7 @@ impl BatchConsumer {
     /// crash before the offset is committed finds the run again (a second dead letter
     /// naming the same offsets, never a loss).
     pub fn skip_past(&self, skip: &Skip) -> Result<()> {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&skip.topic, skip.partition, Offset::Offset(skip.next_offset))?;
-        let sought = self.consumer.seek_partitions(tpl, Duration::from_secs(10))?;
-        if let Some(e) = sought.elements().first().and_then(|e| e.error().err()) {
-            return Err(crate::KafkaError::Client(e));
-        }
+        seek_past(&self.consumer, skip)?;
         self.store(&[Position {
             topic: skip.topic.clone(),
             partition: skip.partition,

@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError as RdKafkaError;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -97,6 +97,141 @@ impl Skip {
 
 /// A position (or an end) per (topic, partition).
 pub type Positions = BTreeMap<(String, i32), i64>;
+
+/// Every assigned partition's position: the offset after the last message handed out, or
+/// -1 where none was since the assignment (read from the committed offset when it matters,
+/// see [`find_runs`]).
+pub fn positions<X: ConsumerContext, C: Consumer<X>>(consumer: &C) -> Positions {
+    let Ok(tpl) = consumer.position() else {
+        return BTreeMap::new();
+    };
+    tpl.elements()
+        .iter()
+        .map(|e| {
+            let o = match e.offset() {
+                Offset::Offset(o) => o,
+                _ => -1,
+            };
+            ((e.topic().to_owned(), e.partition()), o)
+        })
+        .collect()
+}
+
+/// The offsets a list holds, by (topic, partition); logical ones (none, invalid) left out.
+fn offsets_of(tpl: &TopicPartitionList) -> Positions {
+    tpl.elements()
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some(((e.topic().to_owned(), e.partition()), o)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Blocking. The undecodable runs at the start of the partitions that `stood_still`
+/// ([`StallWatch::stood_still`]) with messages behind them, each confirmed and measured by a
+/// reader of its own (for `group`, never joining it). Three requests to the cluster whatever
+/// the number of partitions (committed offsets, log starts, log ends), then the probe
+/// reads. `consumer`'s context kept librdkafka's words for the batches it could not
+/// decode: they go in each run's reason.
+pub fn find_runs<X: ConsumerContext + AsRef<crate::context::Hooks>, C: Consumer<X>>(
+    consumer: &C,
+    stood_still: Vec<((String, i32), i64)>,
+    settings: &KafkaSettings,
+    group: &str,
+) -> Result<Vec<Skip>> {
+    if stood_still.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all: Vec<(String, i32)> = stood_still.iter().map(|(tp, _)| tp.clone()).collect();
+    // Where nothing was handed out since the assignment: the committed offset, else the
+    // log start (`auto.offset.reset=earliest`).
+    let unknown: Vec<(String, i32)> = stood_still
+        .iter()
+        .filter(|(_, p)| *p < 0)
+        .map(|(tp, _)| tp.clone())
+        .collect();
+    let committed = committed(consumer, &unknown)?;
+    let starts = log_offsets(consumer, &unknown, Offset::Beginning)?;
+    let ends = log_offsets(consumer, &all, Offset::End)?;
+    let mut runs = Vec::new();
+    for (tp, position) in stood_still {
+        let start = match position {
+            p if p >= 0 => Some(p),
+            _ => committed.get(&tp).or_else(|| starts.get(&tp)).copied(),
+        };
+        if let (Some(start), Some(end)) = (start, ends.get(&tp).copied()) {
+            if start < end {
+                runs.push((tp, start, end));
+            }
+        }
+    }
+    if runs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let prober = Prober::new(settings, group)?;
+    let mut found = Vec::new();
+    for ((topic, partition), start, end) in runs {
+        if let Some(mut skip) = prober.find(&topic, partition, start, end)? {
+            let report = consumer.context().as_ref().as_ref().report();
+            if let Some(words) = report.decode_failure_at(start) {
+                skip.reason = format!("{}: {words}", skip.reason);
+            }
+            found.push(skip);
+        }
+    }
+    // Closing a client waits up to a second for its threads: not on the caller's way.
+    std::thread::spawn(move || drop(prober));
+    Ok(found)
+}
+
+/// The group's committed offsets of `partitions`, where it has one.
+fn committed<X: ConsumerContext, C: Consumer<X>>(
+    consumer: &C,
+    partitions: &[(String, i32)],
+) -> Result<Positions> {
+    if partitions.is_empty() {
+        return Ok(Positions::new());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (t, p) in partitions {
+        tpl.add_partition(t, *p);
+    }
+    Ok(offsets_of(
+        &consumer.committed_offsets(tpl, Duration::from_secs(10))?,
+    ))
+}
+
+/// The log start (`Offset::Beginning`) or end (`Offset::End`, the high watermark) of
+/// `partitions`, in one request per broker.
+fn log_offsets<X: ConsumerContext, C: Consumer<X>>(
+    consumer: &C,
+    partitions: &[(String, i32)],
+    which: Offset,
+) -> Result<Positions> {
+    if partitions.is_empty() {
+        return Ok(Positions::new());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (t, p) in partitions {
+        tpl.add_partition_offset(t, *p, which)?;
+    }
+    Ok(offsets_of(
+        &consumer.offsets_for_times(tpl, Duration::from_secs(10))?,
+    ))
+}
+
+/// Blocking. Moves `consumer` past `skip` (a seek: its next fetch of the partition starts
+/// there).
+pub fn seek_past<X: ConsumerContext, C: Consumer<X>>(consumer: &C, skip: &Skip) -> Result<()> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&skip.topic, skip.partition, Offset::Offset(skip.next_offset))?;
+    let sought = consumer.seek_partitions(tpl, Duration::from_secs(10))?;
+    if let Some(e) = sought.elements().first().and_then(|e| e.error().err()) {
+        return Err(crate::KafkaError::Client(e));
+    }
+    Ok(())
+}
 
 /// Undecodable errors seen since the last check, and the positions at the first of them.
 #[derive(Debug, Default)]

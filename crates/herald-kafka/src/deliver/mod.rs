@@ -33,6 +33,7 @@ use tracing::{debug, info, warn};
 
 use crate::context::Hooked;
 use crate::deliveries::{DeliveryDecodeError, DeliveryMessage};
+use crate::undecodable::{find_runs, is_undecodable, positions, seek_past, StallWatch};
 use crate::{KafkaSettings, LagStats, Result};
 use window::Window;
 pub use window::{FlowLimits, PartitionLoad, Slot};
@@ -239,9 +240,14 @@ impl DeliveryConsumer {
         };
         let thread = {
             let (stop, consumer) = (stop.clone(), consumer.clone());
+            let undecodable = Undecodable {
+                settings: settings.clone(),
+                group: group.to_owned(),
+                watch: StallWatch::default(),
+            };
             std::thread::Builder::new()
                 .name("delivery-poll".into())
-                .spawn(move || poll_loop(consumer, shared, tx, stop))?
+                .spawn(move || poll_loop(consumer, shared, tx, stop, undecodable))?
         };
         Ok(Self {
             handle,
@@ -297,7 +303,63 @@ fn wait_for_window(shared: &Shared, stop: &AtomicBool) -> bool {
     false
 }
 
-fn poll_loop(consumer: Arc<Client>, shared: Arc<Shared>, tx: mpsc::Sender<Work>, stop: Arc<AtomicBool>) {
+/// Record batches of the deliveries topic that librdkafka cannot decode (a batch corrupted
+/// on the broker's disk: Herald's own producer wrote them): found as ingest finds them
+/// (`crate::undecodable`), and the consumer moved past them. Their messages are Herald's
+/// own intent ids, and nothing is lost with them: the relay's stranded-intent check queues
+/// every intent that is due without an outbox row again (`relay.stranded_grace_secs`). The
+/// skipped offsets are a gap the contiguous-prefix tracker passes, as it passes a
+/// transaction marker's.
+struct Undecodable {
+    settings: KafkaSettings,
+    group: String,
+    watch: StallWatch,
+}
+
+impl Undecodable {
+    /// Notes a consumer error; once undecodable errors have come for a while, finds the
+    /// runs and moves past them. Blocking (the poll thread), up to the lookup's budget.
+    fn on_error(&mut self, consumer: &Client, shared: &Shared, e: &rdkafka::error::KafkaError) {
+        if let rdkafka::error::KafkaError::MessageConsumption(code) = e {
+            if is_undecodable(*code) {
+                self.watch.saw(*code, || positions(consumer));
+            }
+        }
+        if !self.watch.due() {
+            return;
+        }
+        let stood_still = self.watch.stood_still(&positions(consumer));
+        let runs = match find_runs(consumer, stood_still, &self.settings, &self.group) {
+            Ok(runs) => runs,
+            Err(e) => {
+                warn!(error = %e, "could not look for the deliveries partition an undecodable record batch stalls; trying again at the next errors");
+                return;
+            }
+        };
+        for run in runs {
+            // Failure policy: nothing to record before the seek; a crash after it finds the
+            // run again (the offset is stored only past later messages).
+            match seek_past(consumer, &run) {
+                Ok(()) => {
+                    tracing::error!(topic = %shared.topic, partition = run.partition, first_offset = run.first_offset,
+                    next_offset = run.next_offset, reason = %run.reason, detail = %run.detail(),
+                    "deliveries record batch librdkafka cannot decode: moved past it; its intents are queued again by the stranded-intent check")
+                }
+                Err(e) => {
+                    warn!(partition = run.partition, error = %e, "could not move past an undecodable deliveries batch; found again at the next errors")
+                }
+            }
+        }
+    }
+}
+
+fn poll_loop(
+    consumer: Arc<Client>,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<Work>,
+    stop: Arc<AtomicBool>,
+    mut undecodable: Undecodable,
+) {
     while !stop.load(Ordering::SeqCst) {
         let stalled = wait_for_window(&shared, &stop);
         // While paused, nothing arrives to end a long poll: look again soon, so that a
@@ -312,6 +374,7 @@ fn poll_loop(consumer: Arc<Client>, shared: Arc<Shared>, tx: mpsc::Sender<Work>,
             None => continue,
             Some(Err(e)) => {
                 warn!(error = %e, "delivery consumer error");
+                undecodable.on_error(&consumer, &shared, &e);
                 continue;
             }
             Some(Ok(m)) => m,
