@@ -18,7 +18,7 @@ use herald_kafka::headers::{
 };
 use integration_tests::kafka::{committed_offset, produce_to, producer, producer_with, read_all};
 use integration_tests::moto::{emails_to, sms_to};
-use integration_tests::samples::UniqueSeller;
+use integration_tests::samples::{order_event, UniqueSeller};
 use integration_tests::segments::{batch_of, codec_name, corrupt_compressed_records, set_codec, Batch};
 use integration_tests::{publish_sellers, wait_for, HeraldProcess, TestEnv};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -28,25 +28,20 @@ const WAIT: Duration = Duration::from_secs(90);
 const SELLER: &str = "seller-1";
 const CODECS: [(&str, u8); 5] = [("none", 0), ("gzip", 1), ("snappy", 2), ("lz4", 3), ("zstd", 4)];
 
-/// An order event that compresses well (a long repeated note), so that every codec shrinks
-/// its batch and the producer sends it compressed.
+/// An order event that compresses well (the sample event with a long repeated note), so
+/// that every codec shrinks its batch and the producer sends it compressed.
 fn order(order_id: &str) -> Vec<u8> {
-    json!({
-        "event_id": format!("evt-{order_id}"),
-        "event_kind": "order.created",
-        "marketplace_id": "acme",
-        "order_id": order_id,
-        "seller_id": SELLER,
-        "occurred_at": "2026-09-21T10:00:00Z",
-        "order": {
-            "total": "12.00",
-            "currency": "EUR",
-            "item_count": 3,
-            "note": "gift wrap, leave at the door. ".repeat(40),
-        },
-    })
-    .to_string()
-    .into_bytes()
+    let sample = order_event(
+        &format!("evt-{order_id}"),
+        "order.created",
+        "acme",
+        order_id,
+        SELLER,
+        "12.00",
+    );
+    let mut event: serde_json::Value = serde_json::from_slice(&sample).expect("the sample event is JSON");
+    event["order"]["note"] = json!("gift wrap, leave at the door. ".repeat(40));
+    event.to_string().into_bytes()
 }
 
 /// Produces `order_id` to partition 0 of the env's `order-events`; its offset.

@@ -141,6 +141,8 @@ impl Probe {
             Ok(md) => md,
             Err(e) => {
                 self.client.poll(crate::connect::EVENTS);
+                // Without rustls's second opinion (`Misconfigured::new`): a readiness
+                // probe does not open a TLS connection of its own at every check.
                 return Err(
                     match self.client.context().hooks.report().last_misconfiguration() {
                         Some(failure) => KafkaError::Connection(crate::connect::Misconfigured {

@@ -155,7 +155,7 @@ pub enum Reachability {
 
 /// Asks the cluster for `topic`'s metadata until a broker answers, a misconfiguration is
 /// reported (returned at once, as an error), or `limit` passes.
-pub fn check(settings: &KafkaSettings, topic: &str, limit: Duration) -> Result<Reachability, CheckError> {
+pub fn check(settings: &KafkaSettings, topic: &str, limit: Duration) -> crate::Result<Reachability> {
     let client = metadata_client(settings)?;
     let report = client.context().hooks.report().clone();
     let deadline = Instant::now() + limit;
@@ -164,7 +164,7 @@ pub fn check(settings: &KafkaSettings, topic: &str, limit: Duration) -> Result<R
         // poll with no wait serves one event; this serves all that are queued.
         client.poll(EVENTS);
         if let Some(failure) = report.last_misconfiguration() {
-            return Err(CheckError::Misconfigured(Misconfigured::new(settings, failure)));
+            return Err(Misconfigured::new(settings, failure).into());
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -182,31 +182,18 @@ pub fn check(settings: &KafkaSettings, topic: &str, limit: Duration) -> Result<R
                     .and_then(|t| t.error())
                     .map(rdkafka::types::RDKafkaErrorCode::from);
                 if denied == Some(rdkafka::types::RDKafkaErrorCode::TopicAuthorizationFailed) {
-                    return Err(CheckError::Misconfigured(Misconfigured::new(
+                    return Err(Misconfigured::new(
                         settings,
                         Failure {
                             kind: FailureKind::Authorization,
                             reason: format!("topic {topic}: Broker: Topic authorization failed"),
                             at: Instant::now(),
                         },
-                    )));
+                    )
+                    .into());
                 }
                 return Ok(Reachability::Answered);
             }
         }
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error(transparent)]
-    Misconfigured(Misconfigured),
-    #[error(transparent)]
-    Client(#[from] crate::KafkaError),
-}
-
-impl From<rdkafka::error::KafkaError> for CheckError {
-    fn from(e: rdkafka::error::KafkaError) -> Self {
-        CheckError::Client(e.into())
     }
 }

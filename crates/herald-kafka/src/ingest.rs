@@ -16,7 +16,7 @@ use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use tracing::{debug, info, warn};
 
 use crate::context::Hooked;
-use crate::undecodable::{find_runs, is_undecodable, positions, seek_past, Skip, StallWatch};
+use crate::undecodable::{find_runs, positions, seek_past, Skip, StallWatch};
 use crate::{KafkaSettings, LagStats, Result};
 
 /// Logs assignments and revocations and the outcome of each offset commit (the consumer
@@ -161,14 +161,10 @@ impl BatchConsumer {
 
     /// Notes a consumer error: one that says a batch cannot be decoded opens a stall watch.
     fn note(&self, e: &RdKafkaError) {
-        if let RdKafkaError::MessageConsumption(code) = e {
-            if is_undecodable(*code) {
-                self.stalls
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .saw(*code, || positions(&self.consumer));
-            }
-        }
+        self.stalls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .saw(e, || positions(&self.consumer));
     }
 
     /// Whether undecodable-batch errors have been coming long enough to look for the

@@ -3,8 +3,6 @@
 
 use std::time::Duration;
 
-use futures::future::join_all;
-
 use crate::deliveries::DeliveryMessage;
 use crate::producer::AckedProducer;
 use crate::{KafkaSettings, Result};
@@ -46,14 +44,9 @@ impl DeliveryPublisher {
         self.producer.raise_fatal_error(reason)
     }
 
-    /// Produces every message and waits for each acknowledgement. Returns, per message,
-    /// the broker's answer: only the acknowledged may be removed from the outbox.
-    pub async fn publish_all(&self, messages: &[DeliveryMessage]) -> Vec<Result<()>> {
-        join_all(messages.iter().map(|m| self.publish(m))).await
-    }
-
     /// Produces one message; the future resolves with the broker's answer. It owns what it
-    /// needs, so it can outlive its caller's wait (spawned as a task).
+    /// needs, so it can outlive its caller's wait (spawned as a task). Only the
+    /// acknowledged may be removed from the outbox.
     pub fn publish(
         &self,
         message: &DeliveryMessage,

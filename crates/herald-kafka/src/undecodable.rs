@@ -241,10 +241,13 @@ pub struct StallWatch {
 }
 
 impl StallWatch {
-    /// Notes an undecodable error; `positions` is called only for the first of a series.
-    pub fn saw(&mut self, code: RDKafkaErrorCode, positions: impl FnOnce() -> Positions) {
-        if self.since.is_none() {
-            self.since = Some((Instant::now(), code, positions()));
+    /// Notes a consumer error: one that says a batch cannot be decoded opens a series (if
+    /// none is open); `positions` is called only for the first of a series.
+    pub fn saw(&mut self, e: &rdkafka::error::KafkaError, positions: impl FnOnce() -> Positions) {
+        if let rdkafka::error::KafkaError::MessageConsumption(code) = e {
+            if is_undecodable(*code) && self.since.is_none() {
+                self.since = Some((Instant::now(), *code, positions()));
+            }
         }
     }
 
@@ -536,11 +539,12 @@ mod tests {
         };
         let mut watch = StallWatch::default();
         assert!(!watch.due());
-        watch.saw(RDKafkaErrorCode::NotImplemented, || {
+        let consuming = rdkafka::error::KafkaError::MessageConsumption;
+        watch.saw(&consuming(RDKafkaErrorCode::NotImplemented), || {
             at(&[("orders", 0, 10), ("orders", 1, 5), ("orders", 2, 7)])
         });
         // A second error does not move the series' start.
-        watch.saw(RDKafkaErrorCode::BadCompression, || {
+        watch.saw(&consuming(RDKafkaErrorCode::BadCompression), || {
             panic!("positions are read once")
         });
         let now = at(&[("orders", 0, 10), ("orders", 1, 9), ("orders", 2, 7)]);

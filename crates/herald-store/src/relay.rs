@@ -145,9 +145,7 @@ impl Store {
         conn.execute(DUE_NOW, &[&refused]).await?;
         Ok(())
     }
-}
 
-impl Store {
     /// LISTENs on the outbox channel over a dedicated connection. The listener's receiver
     /// yields one unit per notification and closes when the connection is lost: the relay
     /// then falls back to its poll interval and listens again.

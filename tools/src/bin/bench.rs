@@ -414,11 +414,17 @@ async fn main() -> Result<()> {
     }
     writeln!(md, "\nTook {} s.", t0.elapsed().as_secs())?;
 
-    std::fs::create_dir_all(&out)?;
-    let json_path = out.join(format!("{date}.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
-    std::fs::write(out.join(format!("{date}.md")), &md)?;
+    write_results(&out, &date, &json, &md)?;
     std::fs::write(out.join("latest.json"), serde_json::to_string_pretty(&json)?)?;
+    Ok(())
+}
+
+/// Writes `DIR/STEM.json` and `DIR/STEM.md`, and prints the Markdown.
+fn write_results(out: &std::path::Path, stem: &str, json: &serde_json::Value, md: &str) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    let json_path = out.join(format!("{stem}.json"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(json)?)?;
+    std::fs::write(out.join(format!("{stem}.md")), md)?;
     println!("{md}");
     println!("bench: wrote {}", json_path.display());
     Ok(())
@@ -475,13 +481,7 @@ fn write_security_only(
     );
     write_security(&mut md, c)?;
     writeln!(md, "\nTook {} s.", t0.elapsed().as_secs())?;
-    std::fs::create_dir_all(out)?;
-    let json_path = out.join(format!("{date}-security.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
-    std::fs::write(out.join(format!("{date}-security.md")), &md)?;
-    println!("{md}");
-    println!("bench: wrote {}", json_path.display());
-    Ok(())
+    write_results(out, &format!("{date}-security"), &json, &md)
 }
 
 /// The storage measurement, once with the sample templates and once with the 6 KB e-mail.
@@ -512,13 +512,7 @@ fn write_storage_only(
     for r in reports {
         writeln!(md, "{}", r.markdown())?;
     }
-    std::fs::create_dir_all(out)?;
-    let json_path = out.join(format!("{date}-storage.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
-    std::fs::write(out.join(format!("{date}-storage.md")), &md)?;
-    println!("{md}");
-    println!("bench: wrote {}", json_path.display());
-    Ok(())
+    write_results(out, &format!("{date}-storage"), &json, &md)
 }
 
 /// The fixed offered rate of the latency measurement, beside half the capacity.
@@ -787,11 +781,5 @@ fn write_latency_only(out: &std::path::Path, quick: bool, series: &[Series], t0:
         if quick { " (quick)" } else { "" }
     );
     write_latency(&mut md, series)?;
-    std::fs::create_dir_all(out)?;
-    let json_path = out.join(format!("{date}-latency.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
-    std::fs::write(out.join(format!("{date}-latency.md")), &md)?;
-    println!("{md}");
-    println!("bench: wrote {}", json_path.display());
-    Ok(())
+    write_results(out, &format!("{date}-latency"), &json, &md)
 }

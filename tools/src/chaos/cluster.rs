@@ -17,31 +17,19 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
-use super::faults::stack;
+use super::faults::{script, stack};
 use super::invariants::Report;
 use super::plan::Pacing;
 use super::rng::Rng;
 use super::scenarios::{Run, Setup};
 use super::Scale;
-use integration_tests::{use_brokers, workspace_root, BROKERS, CLUSTER_BROKERS};
+use integration_tests::{use_brokers, BROKERS, CLUSTER_BROKERS};
 
 /// Runs `deploy/local/kafka-cluster.sh ARGS…`; its standard output, trimmed.
 pub async fn cluster(args: &[&str]) -> Result<String> {
-    let script = workspace_root().join("deploy/local/kafka-cluster.sh");
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    let shown = args.join(" ");
-    let out = tokio::task::spawn_blocking(move || std::process::Command::new(script).args(&args).output())
-        .await??;
-    if !out.status.success() {
-        bail!(
-            "kafka-cluster.sh {shown} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    Ok(script("kafka-cluster", args).await?.0)
 }
 
 /// The test clients on the cluster for as long as it lives, then back on the single broker.

@@ -17,18 +17,28 @@ use integration_tests::workspace_root;
 
 /// Runs `deploy/local/COMPONENT.sh ACTION` (start, stop) and returns how long it took.
 pub async fn stack(component: &str, action: &str) -> Result<Duration> {
+    Ok(script(component, &[action]).await?.1)
+}
+
+/// Runs `deploy/local/COMPONENT.sh ARGS…`: its standard output, trimmed, and how long it
+/// took.
+pub async fn script(component: &str, args: &[&str]) -> Result<(String, Duration)> {
     let script = workspace_root().join(format!("deploy/local/{component}.sh"));
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let shown = args.join(" ");
     let started = Instant::now();
-    let action_owned = action.to_owned();
-    let out = tokio::task::spawn_blocking(move || Command::new(script).arg(action_owned).output()).await??;
+    let out = tokio::task::spawn_blocking(move || Command::new(script).args(&args).output()).await??;
     if !out.status.success() {
         bail!(
-            "deploy/local/{component}.sh {action} failed: {}{}",
+            "deploy/local/{component}.sh {shown} failed: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    Ok(started.elapsed())
+    Ok((
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        started.elapsed(),
+    ))
 }
 
 /// The current resident set of `pid` in MiB (`VmRSS`).

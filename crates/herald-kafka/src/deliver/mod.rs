@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 
 use crate::context::Hooked;
 use crate::deliveries::{DeliveryDecodeError, DeliveryMessage};
-use crate::undecodable::{find_runs, is_undecodable, positions, seek_past, StallWatch};
+use crate::undecodable::{find_runs, positions, seek_past, StallWatch};
 use crate::{KafkaSettings, LagStats, Result};
 use window::Window;
 pub use window::{FlowLimits, PartitionLoad, Slot};
@@ -320,11 +320,7 @@ impl Undecodable {
     /// Notes a consumer error; once undecodable errors have come for a while, finds the
     /// runs and moves past them. Blocking (the poll thread), up to the lookup's budget.
     fn on_error(&mut self, consumer: &Client, shared: &Shared, e: &rdkafka::error::KafkaError) {
-        if let rdkafka::error::KafkaError::MessageConsumption(code) = e {
-            if is_undecodable(*code) {
-                self.watch.saw(*code, || positions(consumer));
-            }
-        }
+        self.watch.saw(e, || positions(consumer));
         if !self.watch.due() {
             return;
         }

@@ -12,7 +12,8 @@ pub mod topics;
 
 use std::time::Duration;
 
-use herald_kafka::connect::{CheckError, Reachability};
+use herald_kafka::connect::Reachability;
+use herald_kafka::KafkaError;
 
 use crate::config::Config;
 
@@ -22,9 +23,9 @@ const KAFKA_CHECK: Duration = Duration::from_secs(10);
 
 /// Whether the cluster answers as configured. A refused password, an untrusted or misnamed
 /// certificate, or no OAUTHBEARER token is an error at once, naming the broker and the
-/// cause; a cluster that does not answer within [`KAFKA_CHECK`] is logged and returned as
-/// `NotYet` (a broker restarting is waited for).
-pub async fn check_kafka(config: &Config) -> anyhow::Result<Reachability> {
+/// cause; a cluster that does not answer within [`KAFKA_CHECK`] is logged, and the command
+/// goes on (a broker restarting is waited for).
+pub async fn check_kafka(config: &Config) -> anyhow::Result<()> {
     let settings = config.kafka_settings();
     let topic = config.topic(&config.kafka.topics.deliveries);
     let checked =
@@ -34,17 +35,15 @@ pub async fn check_kafka(config: &Config) -> anyhow::Result<Reachability> {
         Ok(Reachability::Answered) => {
             tracing::info!(brokers = %config.kafka.brokers, protocol = %config.kafka.security_protocol,
                 "Kafka answered");
-            Ok(Reachability::Answered)
+            Ok(())
         }
         Ok(Reachability::NotYet(last)) => {
             let reason = last.map_or_else(|| "no broker answered".to_owned(), |f| f.reason);
             tracing::warn!(brokers = %config.kafka.brokers, reason = %reason, waited_s = KAFKA_CHECK.as_secs(),
                 "Kafka does not answer yet; going on, the clients keep trying");
-            Ok(Reachability::NotYet(None))
+            Ok(())
         }
-        Err(CheckError::Misconfigured(m)) => Err(anyhow::Error::new(m)),
-        Err(CheckError::Client(e)) => {
-            Err(anyhow::Error::new(e).context("creating the Kafka client of the start-up check"))
-        }
+        Err(e @ KafkaError::Connection(_)) => Err(anyhow::Error::new(e)),
+        Err(e) => Err(anyhow::Error::new(e).context("creating the Kafka client of the start-up check")),
     }
 }

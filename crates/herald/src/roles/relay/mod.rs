@@ -9,9 +9,11 @@
 
 mod on_their_way;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use herald_kafka::{DeliveryMessage, DeliveryPublisher};
 use herald_store::relay::{OutboxListener, RelayTx};
 use herald_store::Store;
@@ -21,7 +23,7 @@ use crate::config::Config;
 use crate::obs::{self, Obs};
 use crate::retrying::{always, class_of, run_with_retries, Schedule, Stage};
 use crate::shutdown::Shutdown;
-use on_their_way::OnTheirWay;
+use on_their_way::{Answered, OnTheirWay, Sent};
 
 pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs: Obs) -> anyhow::Result<()> {
     let publisher = DeliveryPublisher::new(
@@ -104,7 +106,7 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
     waiting
         .wait_for_all(tokio::time::Instant::now() + limits.ack_wait)
         .await;
-    let last = waiting.answered().await;
+    let last = waiting.answered();
     let recorded = async {
         store.outbox_published(&last.acknowledged).await?;
         store.outbox_due_now(&last.refused).await
@@ -172,7 +174,7 @@ async fn round(
     obs: &Obs,
 ) -> anyhow::Result<Round> {
     let mut on_their_way = on_their_way.lock().await;
-    let earlier = on_their_way.answered().await;
+    let earlier = on_their_way.answered();
     let done = publish_round(store, publisher, limits, &mut on_their_way, &earlier, obs).await;
     if done.is_err() {
         // Nothing of them was committed: their rows are still deferred, and they are
@@ -188,7 +190,7 @@ async fn publish_round(
     publisher: &DeliveryPublisher,
     limits: &Limits,
     on_their_way: &mut OnTheirWay,
-    earlier: &on_their_way::Answered,
+    earlier: &Answered,
     obs: &Obs,
 ) -> anyhow::Result<Round> {
     let room = limits.max_unacknowledged.saturating_sub(on_their_way.len()) as i64;
@@ -247,31 +249,43 @@ async fn publish_round(
     {
         warn!("failpoint relay-producer-fatal: producer put in librdkafka's fatal state");
     }
-    // Each send is a task of its own, so that one whose answer is late can outlive the
-    // round's wait.
-    let sends: Vec<_> = messages
+    // The round's sends are awaited together until `ack_wait`; those still unanswered then
+    // become tasks of their own (`on_their_way`), which outlive the round.
+    let mut sends: FuturesUnordered<_> = rows
         .iter()
-        .map(|m| tokio::spawn(publisher.publish(m)))
+        .zip(&messages)
+        .map(|(r, m)| {
+            let (row, intent_id, send) = (r.id, r.intent_id, publisher.publish(m));
+            // Pinned, so that the late ones can be moved out to their own tasks.
+            Box::pin(async move {
+                Sent {
+                    row,
+                    intent_id,
+                    answer: send.await,
+                }
+            })
+        })
         .collect();
     let deadline = tokio::time::Instant::now() + limits.ack_wait;
     let mut published = Vec::with_capacity(rows.len());
+    let mut answered = HashSet::with_capacity(rows.len());
     let mut refused = None;
-    let mut late = Vec::new();
-    for (r, mut send) in rows.iter().zip(sends) {
-        match tokio::time::timeout_at(deadline, &mut send).await {
-            Ok(Ok(Ok(()))) => published.push(r.id),
-            Ok(Ok(Err(e))) => {
-                debug!(intent_id = %r.intent_id, error = %e, "delivery message not acknowledged; it stays in the outbox");
+    while let Ok(Some(sent)) = tokio::time::timeout_at(deadline, sends.next()).await {
+        answered.insert(sent.row);
+        match sent.answer {
+            Ok(()) => published.push(sent.row),
+            Err(e) => {
+                debug!(intent_id = %sent.intent_id, error = %e, "delivery message not acknowledged; it stays in the outbox");
                 refused.get_or_insert(anyhow::Error::new(e));
             }
-            Ok(Err(e)) => {
-                refused.get_or_insert(anyhow::Error::new(e).context("the send's task failed"));
-            }
-            Err(_) => late.push((r.id, send)),
         }
     }
     drop(spans);
-    let late_rows: Vec<i64> = late.iter().map(|(row, _)| *row).collect();
+    let late_rows: Vec<i64> = rows
+        .iter()
+        .map(|r| r.id)
+        .filter(|row| !answered.contains(row))
+        .collect();
     let deleted: Vec<i64> = published.iter().chain(&earlier.acknowledged).copied().collect();
     // Failure policy: a crash here, after the broker acknowledged and before the delete
     // commits, leaves the rows to be published again: a duplicate message, never a loss.
@@ -282,8 +296,8 @@ async fn publish_round(
     // duplicate when the late answer was an acknowledgement).
     tx.finish_deferring(&deleted, &late_rows, publisher.message_timeout() + LATE_MARGIN)
         .await?;
-    for (row, send) in late {
-        on_their_way.add(row, send);
+    for send in sends {
+        on_their_way.add(send);
     }
     if !late_rows.is_empty() {
         warn!(late = late_rows.len(), ack_wait_ms = limits.ack_wait.as_millis() as u64, on_their_way = on_their_way.len(),

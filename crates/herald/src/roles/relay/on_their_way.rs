@@ -8,20 +8,27 @@
 //!
 //! Failure policy: a crash with messages on their way leaves their rows in the outbox, due
 //! again once their deferral runs out: published again, a duplicate message for one the
-//! broker had acknowledged (delivery absorbs it), never a loss.
+//! broker had acknowledged (delivery absorbs it), never a loss. A send whose task panicked
+//! has no answer: its row, likewise, is published again once its deferral runs out.
 
-use tokio::task::JoinHandle;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
+use tracing::warn;
+use uuid::Uuid;
 
-/// One message on its way: its outbox row and the task awaiting the broker's answer.
-struct Pending {
-    row: i64,
-    answer: JoinHandle<herald_kafka::Result<()>>,
+/// One published message's answer from the broker, with its outbox row.
+pub struct Sent {
+    pub row: i64,
+    pub intent_id: Uuid,
+    pub answer: herald_kafka::Result<()>,
 }
 
+/// The messages on their way, each a task of its own (it outlives the round that
+/// published it), and the answers taken from them that no round has recorded yet.
 #[derive(Default)]
 pub struct OnTheirWay {
-    pending: Vec<Pending>,
+    sends: JoinSet<Sent>,
+    came: Answered,
 }
 
 /// What came back, by row.
@@ -33,63 +40,65 @@ pub struct Answered {
     pub refused: Vec<i64>,
 }
 
+impl Answered {
+    fn is_empty(&self) -> bool {
+        self.acknowledged.is_empty() && self.refused.is_empty()
+    }
+}
+
 impl OnTheirWay {
+    /// Messages whose answer no round has recorded yet (on their way, or answered).
     pub fn len(&self) -> usize {
-        self.pending.len()
+        self.sends.len() + self.came.acknowledged.len() + self.came.refused.len()
     }
 
-    pub fn add(&mut self, row: i64, answer: JoinHandle<herald_kafka::Result<()>>) {
-        self.pending.push(Pending { row, answer });
+    pub fn add(&mut self, send: impl std::future::Future<Output = Sent> + Send + 'static) {
+        self.sends.spawn(send);
     }
 
-    /// Takes the messages that have their answer.
-    pub async fn answered(&mut self) -> Answered {
-        let mut out = Answered::default();
-        let mut still = Vec::with_capacity(self.pending.len());
-        for p in std::mem::take(&mut self.pending) {
-            if !p.answer.is_finished() {
-                still.push(p);
-                continue;
-            }
-            match p.answer.await {
-                Ok(Ok(())) => out.acknowledged.push(p.row),
-                _ => out.refused.push(p.row),
+    fn came(&mut self, joined: Result<Sent, JoinError>) {
+        match joined {
+            Ok(Sent {
+                row, answer: Ok(()), ..
+            }) => self.came.acknowledged.push(row),
+            Ok(Sent {
+                row, answer: Err(_), ..
+            }) => self.came.refused.push(row),
+            Err(e) => {
+                warn!(error = %e, "a delivery message's send task failed; its row is published again once its deferral runs out")
             }
         }
-        self.pending = still;
-        out
+    }
+
+    /// Takes the answers that came, for a round to record.
+    pub fn answered(&mut self) -> Answered {
+        while let Some(joined) = self.sends.try_join_next() {
+            self.came(joined);
+        }
+        std::mem::take(&mut self.came)
     }
 
     /// Puts answers taken by [`OnTheirWay::answered`] back, for a round that could not
     /// record them.
     pub fn keep(&mut self, answered: Answered) {
-        for row in answered.acknowledged {
-            self.add(row, tokio::spawn(async { Ok(()) }));
-        }
-        for row in answered.refused {
-            self.add(
-                row,
-                tokio::spawn(async {
-                    Err(herald_kafka::KafkaError::Topic {
-                        topic: String::new(),
-                        detail: "refused".into(),
-                    })
-                }),
-            );
-        }
+        self.came.acknowledged.extend(answered.acknowledged);
+        self.came.refused.extend(answered.refused);
     }
 
     /// Waits until one of them has its answer, or until `deadline`.
     pub async fn wait_for_one(&mut self, deadline: Instant) {
-        while !self.pending.iter().any(|p| p.answer.is_finished()) && Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        if !self.came.is_empty() {
+            return;
+        }
+        if let Ok(Some(joined)) = tokio::time::timeout_at(deadline, self.sends.join_next()).await {
+            self.came(joined);
         }
     }
 
     /// Waits until every one has its answer, or until `deadline`.
     pub async fn wait_for_all(&mut self, deadline: Instant) {
-        while !self.pending.iter().all(|p| p.answer.is_finished()) && Instant::now() < deadline {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        while let Ok(Some(joined)) = tokio::time::timeout_at(deadline, self.sends.join_next()).await {
+            self.came(joined);
         }
     }
 }
@@ -99,28 +108,33 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    fn sent(row: i64, answer: herald_kafka::Result<()>) -> Sent {
+        Sent {
+            row,
+            intent_id: Uuid::nil(),
+            answer,
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn answers_are_taken_as_they_come_and_the_rest_stay_on_their_way() {
         let mut w = OnTheirWay::default();
-        w.add(1, tokio::spawn(async { Ok(()) }));
-        w.add(
-            2,
-            tokio::spawn(async {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                Ok(())
-            }),
-        );
-        w.add(
-            3,
-            tokio::spawn(async {
+        w.add(async { sent(1, Ok(())) });
+        w.add(async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            sent(2, Ok(()))
+        });
+        w.add(async {
+            sent(
+                3,
                 Err(herald_kafka::KafkaError::Topic {
                     topic: "t".into(),
                     detail: "refused".into(),
-                })
-            }),
-        );
+                }),
+            )
+        });
         tokio::task::yield_now().await;
-        let a = w.answered().await;
+        let a = w.answered();
         assert_eq!(
             a,
             Answered {
@@ -129,8 +143,11 @@ mod tests {
             }
         );
         assert_eq!(w.len(), 1, "the late one is still on its way");
+        w.keep(a.clone());
+        assert_eq!(w.len(), 3, "answers kept count until recorded");
+        assert_eq!(w.answered(), a, "kept answers come back");
         w.wait_for_one(Instant::now() + Duration::from_secs(120)).await;
-        assert_eq!(w.answered().await.acknowledged, vec![2]);
+        assert_eq!(w.answered().acknowledged, vec![2]);
         assert_eq!(w.len(), 0);
     }
 }
