@@ -24,15 +24,21 @@ STACK_COMPONENTS        ?= postgres moto toxiproxy jaeger kafka zipkin
 # (deploy/local/kafka-cluster.sh, 127.0.0.1:19192,19292,19392) beside the single broker,
 # which stays the default (19092). stack-down stops it whenever it runs.
 KAFKA_NODES             ?= 1
+# PG_HA=1: stack-up also starts a PostgreSQL primary with a synchronous streaming standby
+# (deploy/local/postgres-ha.sh, 127.0.0.1:15442 and 15443) and PgBouncer in transaction mode
+# before the stack's PostgreSQL (deploy/local/pgbouncer.sh, 127.0.0.1:16432). The tests
+# that use them start them themselves; stack-down stops them whenever they run.
+PG_HA                   ?= 0
 
-.PHONY: help deps build lint fmt-check clippy rules units deploy-lint collector chart image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick bench-latency \
+.PHONY: help deps build lint fmt-check clippy rules units deploy-lint collector chart image deny audit fuzz chaos chaos-short test-all test demo bench bench-build bench-quick bench-latency bench-pooler \
         stack-up stack-down stack-status migrate topics templates run ingest-rate ingest-memory delivery-rate telemetry-volume
 
 help:
 	@echo "make demo          bring the local stack up and run Herald on sample orders"
 	@echo "make test          fmt check, clippy -D warnings, unit and integration tests"
 	@echo "make stack-up | stack-down | stack-status   the local Kafka, PostgreSQL, moto, toxiproxy, Jaeger and Zipkin"
-	@echo "                   (stack-up KAFKA_NODES=3 also starts the three-node Kafka cluster of the fault tests)"
+	@echo "                   (stack-up KAFKA_NODES=3 also starts the three-node Kafka cluster of the fault tests,"
+	@echo "                    PG_HA=1 a PostgreSQL standby and PgBouncer in transaction mode)"
 	@echo "make run           herald run (ingest, relay, deliver) on the local stack (foreground)"
 	@echo "make rules         promtool check and unit-test deploy/prometheus/alerts.yml"
 	@echo "make units         systemd-analyze verify deploy/systemd/herald@.service (part of make test)"
@@ -47,6 +53,7 @@ help:
 	@echo "make bench         the full benchmark (12 min to 1M events; the 5M growth step adds more): bench/results/, BENCHMARKS.md"
 	@echo "make bench-quick   one size of each measurement"
 	@echo "make bench-latency end-to-end latency by hop and whole-machine cost alone (about 4 min)"
+	@echo "make bench-pooler  ingest and delivery through PgBouncer (transaction mode) against direct"
 	@echo "make ingest-rate   measure the ingest rate (EVENTS=20000 BATCH=500)"
 	@echo "make ingest-memory peak RSS of ingest on large dead-lettered events (MESSAGES=300 MESSAGE_BYTES=1040247)"
 	@echo "make telemetry-volume  log and trace volume per million notifications, before and after sampling"
@@ -179,7 +186,8 @@ fuzz: deps
 
 stack-up:
 	@case "$(KAFKA_NODES)" in 1|3) ;; *) echo "KAFKA_NODES must be 1 (the single broker) or 3 (and the three-node cluster), not '$(KAFKA_NODES)'"; exit 2 ;; esac
-	@$(LOCAL)/stack.sh up $(STACK_COMPONENTS) $(if $(filter 3,$(KAFKA_NODES)),kafka-cluster)
+	@case "$(PG_HA)" in 0|1) ;; *) echo "PG_HA must be 0 or 1 (and the standby and PgBouncer), not '$(PG_HA)'"; exit 2 ;; esac
+	@$(LOCAL)/stack.sh up $(STACK_COMPONENTS) $(if $(filter 3,$(KAFKA_NODES)),kafka-cluster) $(if $(filter 1,$(PG_HA)),postgres-ha pgbouncer)
 
 stack-down:
 	@$(LOCAL)/stack.sh down
@@ -248,6 +256,11 @@ bench: bench-build stack-up
 bench-quick: bench-build stack-up
 	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench --quick --out bench/results/quick
 	@$(LOCAL)/bench-plot.sh bench/results/quick/latest.json bench/results/quick
+
+# Ingest and delivery through PgBouncer in transaction mode against the direct PostgreSQL,
+# alternating, 3 runs each: bench/results/<date>-pooler.*
+bench-pooler: bench-build stack-up
+	@HERALD_BIN=$(CURDIR)/target/release/herald target/release/herald-bench --pooler-only
 
 # Latency at half the last full run's capacity and at 1,000 events/s, 3 runs each, with
 # the hops from spans and the CPU of Herald, PostgreSQL and Kafka: bench/results/<date>-latency.*

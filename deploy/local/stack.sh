@@ -5,13 +5,16 @@
 # UI, fed by Jaeger through Kafka) 127.0.0.1:19411. Kafka also serves SASL_SSL on 19094 and a
 # wrong-host certificate on 19095 (deploy/local/kafka.sh). Optional, for fault tests:
 # kafka-cluster, three KRaft nodes on 127.0.0.1:19192,19292,19392 (deploy/local/kafka-cluster.sh),
-# started only when named (`make stack-up KAFKA_NODES=3`).
+# started only when named (`make stack-up KAFKA_NODES=3`); postgres-ha, a primary on
+# 127.0.0.1:15442 with a synchronous streaming standby on 15443 (deploy/local/postgres-ha.sh),
+# and pgbouncer, PgBouncer in transaction mode on 127.0.0.1:16432 before the stack's
+# PostgreSQL (deploy/local/pgbouncer.sh), started only when named (`make stack-up PG_HA=1`).
 # usage: deploy/local/stack.sh up [COMPONENT...]|down|status
 #   up     install what is missing and start what is not running (no-op on a running stack);
 #          only the named components when some are given (`make demo` needs no toxiproxy)
-#   down   stop everything, the three-node cluster too; nothing is left running
-#   status one line per component; exit non-zero if any is not running (the three-node
-#          cluster is shown but, being optional, does not count)
+#   down   stop everything, the optional components too; nothing is left running
+#   status one line per component; exit non-zero if any is not running (the optional
+#          ones are shown but do not count)
 set -euo pipefail
 COMPONENT=stack
 # shellcheck source=deploy/local/lib.sh
@@ -20,7 +23,7 @@ COMPONENT=stack
 D="$HERALD_LOCAL_SCRIPTS"
 COMPONENTS=(postgres moto toxiproxy jaeger kafka zipkin)
 # started only when named; stopped by `down` whenever running
-OPTIONAL=(kafka-cluster)
+OPTIONAL=(kafka-cluster postgres-ha pgbouncer)
 
 up() {
   local t0 c wanted=("$@"); t0="$(now_s)"
@@ -39,7 +42,7 @@ up() {
 down() {
   local c rc=0
   # stop in reverse order; keep going if one fails so nothing is left behind
-  for c in kafka-cluster zipkin kafka jaeger toxiproxy moto postgres; do
+  for c in pgbouncer postgres-ha kafka-cluster zipkin kafka jaeger toxiproxy moto postgres; do
     "$D/$c.sh" stop || rc=1
   done
   return "$rc"

@@ -139,6 +139,66 @@ pub struct EnvOptions {
     /// The `order.created` route's mode: "deliver" or "observe" ([`TestEnv::set_route`]
     /// changes the route for processes started afterwards).
     pub route_mode: &'static str,
+    /// Which PostgreSQL Herald reaches, and how.
+    pub database: Database,
+}
+
+/// Where a test's database lives and how Herald reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Database {
+    /// The stack's PostgreSQL, directly (127.0.0.1:15432).
+    Direct,
+    /// The stack's PostgreSQL through PgBouncer in transaction mode (127.0.0.1:16432,
+    /// deploy/local/pgbouncer.sh), with `database.pooler` = `pooler` and, if `session`, a
+    /// direct `database.session_url` (else a direct `owner_url` for migrations, and the
+    /// relay polls).
+    PgBouncer { pooler: &'static str, session: bool },
+    /// The primary and standby of deploy/local/postgres-ha.sh (127.0.0.1:15442 first, then
+    /// 15443), found by `target_session_attrs=read-write`.
+    HighlyAvailable,
+}
+
+/// PgBouncer's port (deploy/local/pgbouncer.sh).
+pub const PGBOUNCER_PORT: u16 = 16432;
+/// The nodes of deploy/local/postgres-ha.sh, in the order Herald's URL lists them.
+pub const HA_PORTS: [u16; 2] = [15442, 15443];
+
+impl Database {
+    /// The server a test's database is created on.
+    fn admin_url(self) -> String {
+        match self {
+            Database::Direct | Database::PgBouncer { .. } => PG_ADMIN_URL.to_owned(),
+            Database::HighlyAvailable => ha_url("herald"),
+        }
+    }
+
+    /// Herald's `database.url`, and the other lines of its `[database]`.
+    fn herald_settings(self, database: &str) -> (String, String) {
+        let direct = format!("postgres://herald@127.0.0.1:15432/{database}");
+        match self {
+            Database::Direct => (direct, String::new()),
+            Database::PgBouncer { pooler, session } => {
+                let extra = if session {
+                    format!("pooler = \"{pooler}\"\nsession_url = \"{direct}\"\n")
+                } else {
+                    format!("pooler = \"{pooler}\"\nowner_url = \"{direct}\"\n")
+                };
+                (
+                    format!("postgres://herald@127.0.0.1:{PGBOUNCER_PORT}/{database}"),
+                    extra,
+                )
+            }
+            Database::HighlyAvailable => (ha_url(database), String::new()),
+        }
+    }
+}
+
+/// A URL naming both nodes of the HA pair, asking for the writable one.
+pub fn ha_url(database: &str) -> String {
+    format!(
+        "postgres://herald@127.0.0.1:{},127.0.0.1:{}/{database}?target_session_attrs=read-write",
+        HA_PORTS[0], HA_PORTS[1]
+    )
 }
 
 impl Default for EnvOptions {
@@ -148,6 +208,7 @@ impl Default for EnvOptions {
             on_unknown: "hold",
             topic_configs: Vec::new(),
             route_mode: "deliver",
+            database: Database::Direct,
         }
     }
 }
@@ -162,6 +223,9 @@ pub struct TestEnv {
     pub name: String,
     pub prefix: String,
     pub database: String,
+    /// Where the database was created (and is dropped).
+    admin_url: String,
+    /// The test's own connections to its database (directly, or to the current primary).
     pub db_url: String,
     pub dir: PathBuf,
     pub config_path: PathBuf,
@@ -184,12 +248,16 @@ impl TestEnv {
         let unique = format!("{}_{}", name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let database = format!("herald_it_{unique}");
         let prefix = format!("it-{}-", unique.replace('_', "-"));
-        let admin = pg_connect(PG_ADMIN_URL).await?;
+        let admin = pg_connect(&options.database.admin_url()).await?;
         admin
             .batch_execute(&format!("CREATE DATABASE {database}"))
             .await
             .with_context(|| format!("creating database {database}"))?;
-        let db_url = format!("postgres://herald@127.0.0.1:15432/{database}");
+        let (herald_url, database_settings) = options.database.herald_settings(&database);
+        let db_url = match options.database {
+            Database::HighlyAvailable => ha_url(&database),
+            _ => format!("postgres://herald@127.0.0.1:15432/{database}"),
+        };
         let dir = workspace_root().join("target/it").join(&unique);
         std::fs::create_dir_all(&dir)?;
         let config_path = dir.join("herald.toml");
@@ -204,10 +272,10 @@ level = "info"
 listen = "127.0.0.1:0"
 
 [database]
-url = "{db_url}"
+url = "{herald_url}"
 pool_size = 4
 attempt_partitions_ahead = 1
-
+{database_settings}
 [kafka]
 brokers = "{brokers}"
 topic_prefix = "{prefix}"
@@ -274,6 +342,7 @@ channels = ["email", "sms"]
             name: name.to_owned(),
             prefix,
             database,
+            admin_url: options.database.admin_url(),
             db_url,
             dir,
             config_path,
@@ -444,6 +513,10 @@ channels = ["email", "sms"]
             connect_timeout: Duration::from_secs(5),
             tls_ca_file: None,
             password_file: None,
+            pooler: herald_store::Pooler::None,
+            session_url: None,
+            max_connection_age: Duration::from_secs(1800),
+            query_timeout: Duration::from_secs(30),
         })?)
     }
 
@@ -477,7 +550,7 @@ channels = ["email", "sms"]
     pub async fn cleanup(self) {
         let runtime_role = self.runtime_role_name();
         drop(self.db);
-        if let Ok(admin) = pg_connect(PG_ADMIN_URL).await {
+        if let Ok(admin) = pg_connect(&self.admin_url).await {
             let _ = admin
                 .batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.database))
                 .await;

@@ -29,6 +29,11 @@ impl StoreError {
             // version knows, during a rolling upgrade) or a row gone within a transaction:
             // no input of the batch is at fault, so nothing may be dead-lettered for it.
             StoreError::Corrupt(_) => ErrorClass::Transient("unreadable_row"),
+            // A statement's own shape, not its input's: a bug to see in the logs.
+            StoreError::RowCount(_) => ErrorClass::Transient("client"),
+            StoreError::QueryTimeout(_) => ErrorClass::Transient("timeout"),
+            // Configuration: retried, and logged, until an operator gives a session URL.
+            StoreError::NoSession(_) => ErrorClass::Transient("database"),
         }
     }
 
@@ -66,6 +71,10 @@ pub fn sqlstate_class(code: &str) -> ErrorClass {
         "40P01" => ErrorClass::Transient("deadlock"),
         "55P03" => ErrorClass::Transient("lock_not_available"),
         "57014" => ErrorClass::Transient("timeout"),
+        // A write on a standby or a primary fenced read-only: a failover is under way, the
+        // pool drops its connections to that node (see `primary`) and the retry meets the
+        // new primary.
+        crate::primary::READ_ONLY_SQLSTATE => ErrorClass::Transient("not_primary"),
         _ => match code.get(..2) {
             Some("22") => ErrorClass::Permanent("data_exception"),
             Some("23") => ErrorClass::Permanent("constraint_violation"),
@@ -101,6 +110,7 @@ mod tests {
             assert!(sqlstate_class(code).is_transient(), "{code}");
         }
         assert_eq!(sqlstate_class("57014").label(), "timeout");
+        assert_eq!(sqlstate_class("25006").label(), "not_primary");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use tokio_postgres::types::Json;
 use uuid::Uuid;
 
 use crate::ingest::IngestTx;
-use crate::{Result, StoreError};
+use crate::{Result, Sql, StoreError};
 
 /// What claiming a key found.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,14 +176,13 @@ impl crate::Store {
         let conn = self.conn().await?;
         // http_requests_expires_at_idx. SKIP LOCKED: a key being taken over is that
         // request's to delete.
-        Ok(conn
-            .execute(
-                "DELETE FROM http_requests WHERE idempotency_key IN (
-                    SELECT idempotency_key FROM http_requests WHERE expires_at <= now()
-                    ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                &[&limit],
-            )
-            .await?)
+        conn.execute(
+            "DELETE FROM http_requests WHERE idempotency_key IN (
+                SELECT idempotency_key FROM http_requests WHERE expires_at <= now()
+                ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
+            &[&limit],
+        )
+        .await
     }
 
     /// A key's stored request and the mismatches kept for it, for inspection.

@@ -10,7 +10,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::ingest::holds::{self, HoldView};
-use crate::{Connection, Result, Store, StoreError};
+use crate::{Connection, Result, Sql, Store, StoreError};
 
 /// An intent's attempts (notification_attempts_intent_idx, on every partition).
 pub(crate) const ATTEMPTS_OF_INTENT: &str =
@@ -78,11 +78,7 @@ pub struct BacklogSample {
 /// `lock` (never the contents row: the reconciler locks state rows first and then takes
 /// the contents row's key-share lock for a resolution's foreign key, so locking both here
 /// could deadlock with it).
-pub(crate) async fn intent_id(
-    conn: &impl tokio_postgres::GenericClient,
-    r: IntentRef<'_>,
-    lock: bool,
-) -> Result<Uuid> {
+pub(crate) async fn intent_id(conn: &impl Sql, r: IntentRef<'_>, lock: bool) -> Result<Uuid> {
     let lock = if lock { " FOR UPDATE OF s" } else { "" };
     let row = match r {
         // notification_intents_business_key
@@ -231,7 +227,7 @@ pub struct ConflictView {
 impl Store {
     pub async fn intent_view(&self, r: IntentRef<'_>) -> Result<Option<IntentView>> {
         let conn = self.conn().await?;
-        let id = match intent_id(&**conn, r, false).await {
+        let id = match intent_id(&conn, r, false).await {
             Ok(id) => id,
             Err(StoreError::IntentNotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
@@ -285,13 +281,13 @@ impl Store {
             intents_unknown: r.get(2),
             intents_awaiting_evidence: r.get(3),
             suppressions: r.get(4),
-            holds: holds::sample(&**conn).await?,
+            holds: holds::sample(&conn).await?,
         })
     }
 
     /// Readiness: a connection from the pool answers a trivial query.
     pub async fn ping(&self) -> Result<()> {
-        self.conn().await?.simple_query("SELECT 1").await?;
+        self.conn().await?.batch_execute("SELECT 1").await?;
         Ok(())
     }
 }
@@ -412,7 +408,7 @@ async fn view_by_id(conn: &Connection, id: Uuid) -> Result<Option<IntentView>> {
             body_bytes: r.get(26),
             has_html: r.get::<_, Option<bool>>(27).unwrap_or(false),
         });
-        let hold = holds::view(&***conn, id).await?;
+        let hold = holds::view(conn, id).await?;
         Ok(Some(IntentView {
             id,
             marketplace_id: r.get(1),

@@ -9,7 +9,7 @@
 //! | deliver | `delivery` (claim, record, the lease sweep, operators' resolutions) |
 //! | reconcile | `reconcile` (provider evidence, the suppression list) |
 //! | operators and upkeep | `inspect` (the ledger's views), `templates`, `retention`, `partitions`, `migrate` |
-//! | every statement | `plans` (the hot statements whose plans `integration-tests/tests/plans.rs` checks), `failure` (error classes), `tls` |
+//! | every statement | `connection` (how a statement is sent: prepared once per connection, or unnamed behind a transaction pooler), `primary` (connections dropped once their node stops taking writes), `plans` (the hot statements whose plans `integration-tests/tests/plans.rs` checks), `failure` (error classes), `tls` |
 //!
 //! Each statement names the index it relies on in a comment next to it. Constraint names
 //! are mapped to domain errors here (a unique violation on a business key is an outcome,
@@ -29,6 +29,7 @@ macro_rules! state_is_one_of {
     };
 }
 
+pub mod connection;
 pub mod delivery;
 pub mod failure;
 pub mod http_ingest;
@@ -37,6 +38,7 @@ pub mod inspect;
 pub mod migrate;
 pub mod partitions;
 pub mod plans;
+pub mod primary;
 pub mod reconcile;
 pub mod relay;
 pub mod retention;
@@ -46,12 +48,16 @@ pub mod tls;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-pub use deadpool_postgres::Object as Connection;
+pub use connection::{Connection, Pooler};
+pub(crate) use connection::{Hot, Sql, Transaction};
 pub use ingest::{Convergence, IngestTx, NewIntent};
 pub use inspect::{IntentFilter, IntentRef};
+use primary::PrimaryWatch;
 pub use templates::PublishOutcome;
 
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +104,18 @@ pub enum StoreError {
     /// no caller reads it).
     #[error("stored value is corrupt: {0}")]
     Corrupt(String),
+    /// A pooled statement or commit unanswered for this long: its connection is closed.
+    #[error(
+        "the database did not answer within {0:?} (database.query_timeout_ms); the connection is closed"
+    )]
+    QueryTimeout(Duration),
+    /// A statement expected to answer one row (at most one) answered this many.
+    #[error("the statement answered {0} rows where one was expected")]
+    RowCount(usize),
+    /// Work that holds a server session (LISTEN, session advisory locks) and has none: a
+    /// transaction pooler is configured without `database.session_url`.
+    #[error("{0} needs a database session, and database.pooler = \"transaction\" gives none: set database.session_url to a connection that bypasses the pooler")]
+    NoSession(&'static str),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -113,6 +131,17 @@ pub struct StoreConfig {
     pub tls_ca_file: Option<PathBuf>,
     /// A file holding the password (a mounted secret), used instead of one in the URL.
     pub password_file: Option<PathBuf>,
+    /// What sits between Herald and PostgreSQL (see [`connection`]).
+    pub pooler: Pooler,
+    /// A connection that is a server session of its own (not through a transaction
+    /// pooler), for LISTEN and session advisory locks; `None`: `url`'s, unless `pooler`
+    /// is `Transaction`, where there is none.
+    pub session_url: Option<String>,
+    /// Pooled connections older than this are closed, not reused (see [`primary`]).
+    pub max_connection_age: Duration,
+    /// How long a pooled statement or commit may go unanswered before its connection is
+    /// closed and the caller gets a transient error (see [`connection`]).
+    pub query_timeout: Duration,
 }
 
 /// An intent's stored channel (`notification_intents.channel`, CHECKed in the schema).
@@ -137,42 +166,25 @@ pub(crate) fn intent_state(text: &str) -> Result<herald_core::IntentState> {
 pub struct Store {
     pool: Pool,
     pg_config: tokio_postgres::Config,
+    /// Where [`Store::session`] connects; `None`: nowhere (a transaction pooler alone).
+    session_config: Option<tokio_postgres::Config>,
     tls: MakeRustlsConnect,
+    shared: Arc<connection::Shared>,
 }
 
 impl Store {
     /// Builds the pool. No connection is made until the first use.
     pub fn new(config: &StoreConfig) -> Result<Self> {
-        let mut pg_config: tokio_postgres::Config = config
-            .url
-            .parse()
-            .map_err(|e| StoreError::Config(format!("{e}")))?;
-        pg_config.connect_timeout(config.connect_timeout);
-        // TLS only when asked for (sslmode=require), and then verified (see `tls`): the
-        // default `prefer` would otherwise fail against a server that offers TLS with a
-        // certificate from a CA nobody configured, where it connected before.
-        if pg_config.get_ssl_mode() == tokio_postgres::config::SslMode::Prefer {
-            pg_config.ssl_mode(tokio_postgres::config::SslMode::Disable);
-        }
-        if let Some(path) = &config.password_file {
-            // The error names the file, never its content.
-            let password = std::fs::read_to_string(path)
-                .map_err(|e| StoreError::Config(format!("password file {}: {e}", path.display())))?;
-            let password = password.trim_end_matches(['\r', '\n']);
-            if password.is_empty() {
-                return Err(StoreError::Config(format!(
-                    "password file {} is empty",
-                    path.display()
-                )));
-            }
-            pg_config.password(password);
-        }
-        if pg_config.get_application_name().is_none() {
-            pg_config.application_name("herald");
-        }
+        let pooled = pg_config(&config.url, config)?;
+        let session_config = match (&config.session_url, config.pooler) {
+            (Some(url), _) => Some(pg_config(url, config)?),
+            (None, Pooler::None) => Some(pooled.clone()),
+            (None, Pooler::Transaction) => None,
+        };
         let tls = tls::connector(config.tls_ca_file.as_deref())?;
+        let primary = Arc::new(PrimaryWatch::new(config.max_connection_age));
         let manager = Manager::from_config(
-            pg_config.clone(),
+            pooled.clone(),
             tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -182,10 +194,21 @@ impl Store {
             .max_size(config.pool_size)
             .wait_timeout(Some(config.connect_timeout))
             .create_timeout(Some(config.connect_timeout))
+            .pre_recycle(primary::hook(primary.clone()))
             .runtime(deadpool_postgres::Runtime::Tokio1)
             .build()
             .map_err(|e| StoreError::Config(e.to_string()))?;
-        Ok(Self { pool, pg_config, tls })
+        Ok(Self {
+            pool,
+            pg_config: pooled,
+            session_config,
+            tls,
+            shared: Arc::new(connection::Shared::new(
+                config.pooler,
+                primary,
+                config.query_timeout,
+            )),
+        })
     }
 
     pub fn pg_config(&self) -> &tokio_postgres::Config {
@@ -193,18 +216,60 @@ impl Store {
     }
 
     pub async fn conn(&self) -> Result<Connection> {
-        Ok(self.pool.get().await?)
+        Ok(Connection::new(self.pool.get().await?, self.shared.clone()))
     }
 
-    /// A connection outside the pool, for long sessions (migrations).
-    pub async fn dedicated(&self) -> Result<tokio_postgres::Client> {
-        let (client, connection) = self.pg_config.connect(self.tls.clone()).await?;
+    /// Whether a connection made at `created` may be on a node that no longer takes writes
+    /// (see [`primary`]): the outbox listener reconnects then.
+    pub fn primary_moved_since(&self, created: std::time::Instant) -> bool {
+        self.shared.primary.is_stale(created)
+    }
+
+    /// A server session outside the pool, for LISTEN, session advisory locks and session
+    /// settings (migrations, partition upkeep, retention): over `database.session_url`,
+    /// else `database.url` unless that is a transaction pooler's.
+    pub async fn session(&self, purpose: &'static str) -> Result<tokio_postgres::Client> {
+        let config = self
+            .session_config
+            .as_ref()
+            .ok_or(StoreError::NoSession(purpose))?;
+        let (client, connection) = config.connect(self.tls.clone()).await?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "dedicated database connection ended");
+                tracing::warn!(error = %e, "database session ended");
             }
         });
         Ok(client)
     }
+}
+
+/// `url` parsed, with the settings every connection of the store gets.
+fn pg_config(url: &str, config: &StoreConfig) -> Result<tokio_postgres::Config> {
+    let mut pg_config: tokio_postgres::Config =
+        url.parse().map_err(|e| StoreError::Config(format!("{e}")))?;
+    pg_config.connect_timeout(config.connect_timeout);
+    // TLS only when asked for (sslmode=require), and then verified (see `tls`): the
+    // default `prefer` would otherwise fail against a server that offers TLS with a
+    // certificate from a CA nobody configured, where it connected before.
+    if pg_config.get_ssl_mode() == tokio_postgres::config::SslMode::Prefer {
+        pg_config.ssl_mode(tokio_postgres::config::SslMode::Disable);
+    }
+    if let Some(path) = &config.password_file {
+        // The error names the file, never its content.
+        let password = std::fs::read_to_string(path)
+            .map_err(|e| StoreError::Config(format!("password file {}: {e}", path.display())))?;
+        let password = password.trim_end_matches(['\r', '\n']);
+        if password.is_empty() {
+            return Err(StoreError::Config(format!(
+                "password file {} is empty",
+                path.display()
+            )));
+        }
+        pg_config.password(password);
+    }
+    if pg_config.get_application_name().is_none() {
+        pg_config.application_name("herald");
+    }
+    Ok(pg_config)
 }
 pub use tokio_postgres::Config as PgConfig;

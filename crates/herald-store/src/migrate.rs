@@ -36,7 +36,7 @@ impl Store {
         keep_from: NaiveDate,
         runtime_role: Option<&str>,
     ) -> Result<MigrationReport> {
-        let mut client = self.dedicated().await?;
+        let mut client = self.session("migrations (their advisory lock)").await?;
         client
             .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
             .await?;

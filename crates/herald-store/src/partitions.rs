@@ -10,9 +10,9 @@
 //! literals, so a row is compared against exactly the bounds its partition has.
 
 use chrono::{Datelike, NaiveDate};
-use tokio_postgres::{Client, GenericClient};
+use tokio_postgres::Client;
 
-use crate::{Result, Store};
+use crate::{Result, Sql, Store};
 
 /// Serialises partition DDL (creation, the move out of the default partition, drops)
 /// between `herald migrate`, start-ups and the schedule of every instance. Not the
@@ -86,7 +86,7 @@ impl Store {
         keep_from: NaiveDate,
         mode: LockMode,
     ) -> Result<Option<UpkeepReport>> {
-        let mut client = self.dedicated().await?;
+        let mut client = self.session("partition upkeep (its advisory lock)").await?;
         client.batch_execute(SESSION_LOCK_TIMEOUT).await?;
         if !lock(&client, mode).await? {
             return Ok(None);
@@ -157,7 +157,7 @@ pub(crate) async fn upkeep(
 /// `months_ahead` after it, and those the default partition holds rows of, without one,
 /// unless the month ends at or before `keep_from` (retention deletes those rows instead).
 async fn missing_months(
-    client: &impl GenericClient,
+    client: &impl Sql,
     today: NaiveDate,
     months_ahead: u32,
     keep_from: NaiveDate,
@@ -212,7 +212,7 @@ impl Store {
         months_ahead: u32,
         keep_from: NaiveDate,
     ) -> Result<UpkeepReport> {
-        let client = self.dedicated().await?;
+        let client = self.session("the partition upkeep preview").await?;
         let mut report = UpkeepReport::default();
         for month in missing_months(&client, today, months_ahead, keep_from).await? {
             let name = partition_name(month);
@@ -302,7 +302,7 @@ async fn create_partition(client: &mut Client, month: NaiveDate) -> Result<u64> 
 
 /// Herald's monthly partitions whose upper bound is at or before `cutoff` (every row
 /// started before it), oldest first. Other tables attached to the parent are never listed.
-pub(crate) async fn partitions_before(client: &impl GenericClient, cutoff: NaiveDate) -> Result<Vec<String>> {
+pub(crate) async fn partitions_before(client: &impl Sql, cutoff: NaiveDate) -> Result<Vec<String>> {
     let rows = client
         .query(
             "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid

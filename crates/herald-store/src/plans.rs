@@ -13,9 +13,9 @@ pub struct HotStatement {
     pub name: &'static str,
     pub sql: &'static str,
     pub indexes: &'static [&'static str],
-    /// Run through `prepare_cached`: prepared once per connection, so PostgreSQL may settle
-    /// on its generic plan after the first executions. The others are prepared on every
-    /// call and always planned for their values.
+    /// Run as [`crate::Hot`]: prepared once per connection (unless `database.pooler` is
+    /// `transaction`), so PostgreSQL may settle on its generic plan after the first
+    /// executions. The others are prepared on every call and always planned for their values.
     pub prepared: bool,
     /// Its plan may join tables. A statement without (the relay's claim) reads its table
     /// alone: a join in its plan fails the check, a sub-plan's probe (an `InitPlan` or
@@ -343,7 +343,7 @@ impl Store {
     pub async fn explain(&self, statement: &HotStatement, kind: PlanKind) -> Result<String> {
         // A connection of its own: a generic plan's session setting and prepared statement
         // go with it, whatever happens, and never back to the pool.
-        let conn = self.dedicated().await?;
+        let conn = self.session("a plan check").await?;
         let params = (statement.params)();
         let refs: Vec<&(dyn ToSql + Sync)> =
             params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect();

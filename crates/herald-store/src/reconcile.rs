@@ -15,7 +15,6 @@
 //! - duplicates converge on `event_key`: a duplicate has no effect at all.
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::GenericClient;
 use herald_core::consent::SuppressionReason;
 use herald_core::retry::{jitter, NextState};
 use herald_core::state::Verdict;
@@ -23,7 +22,7 @@ use herald_core::Channel;
 use uuid::Uuid;
 
 use crate::delivery::ChannelPolicies;
-use crate::{Result, Store, StoreError};
+use crate::{Hot, Result, Sql, Store, StoreError};
 
 /// One provider event, decoded, ready to store. Carries no address: `suppress` names
 /// destinations by digest.
@@ -173,8 +172,7 @@ impl Store {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         // notification_intents_awaiting_evidence_idx
-        let due = tx.prepare_cached(SILENT_DUE).await?;
-        let rows = tx.query(&due, &[&limit]).await?;
+        let rows = tx.query(Hot(SILENT_DUE), &[&limit]).await?;
         let mut decided = Vec::with_capacity(rows.len());
         for r in &rows {
             let intent_id: Uuid = r.get(0);
@@ -184,8 +182,10 @@ impl Store {
             let waited: f64 = r.get(4);
             let window_ended: bool = r.get(5);
             // Evidence that arrived before the attempt was recorded `unknown`.
-            let stored = tx.prepare_cached(STORED_VERDICT).await?;
-            if let Some(e) = tx.query_opt(&stored, &[&intent_id, &attempt_no]).await? {
+            if let Some(e) = tx
+                .query_opt(Hot(STORED_VERDICT), &[&intent_id, &attempt_no])
+                .await?
+            {
                 let (event_id, attempt_id, verdict): (i64, Uuid, String) = (e.get(0), e.get(1), e.get(2));
                 let event_attempt_no: i32 = e.get(3);
                 let verdict = Verdict::parse(&verdict).ok_or_else(|| {
@@ -212,9 +212,8 @@ impl Store {
                 "no provider event within {} s of the attempt: the channel's on_unknown policy ({resolved_as}) decided",
                 waited.round() as i64
             );
-            let statement = tx.prepare_cached(SILENCE_DECIDED).await?;
             tx.execute(
-                &statement,
+                Hot(SILENCE_DECIDED),
                 &[&intent_id, &delay, &resolved_as, &reason, &RECONCILER],
             )
             .await?;
@@ -327,16 +326,15 @@ fn suppression(r: &tokio_postgres::Row) -> Suppression {
 }
 
 /// Stores one event and applies its effects, inside the caller's transaction.
-async fn apply(tx: &impl GenericClient, e: &ProviderEvent) -> Result<Applied> {
+async fn apply(tx: &impl Sql, e: &ProviderEvent) -> Result<Applied> {
     let matched = match_attempt(tx, e).await?;
     let (intent_id, attempt_id, matched_by, attempt_no) = match matched {
         Some((intent, attempt, by, no)) => (Some(intent), Some(attempt), Some(by.as_str()), Some(no)),
         None => (None, None, None, None),
     };
-    let insert = tx.prepare_cached(INSERT_EVENT).await?;
     let Some(row) = tx
         .query_opt(
-            &insert,
+            Hot(INSERT_EVENT),
             &[
                 &e.key,
                 &e.channel.as_str(),
@@ -369,11 +367,10 @@ async fn apply(tx: &impl GenericClient, e: &ProviderEvent) -> Result<Applied> {
     }
     let mut suppressed = 0;
     if let Some((reason, addresses)) = &e.suppress {
-        let statement = tx.prepare_cached(SUPPRESS).await?;
         for address in addresses {
             suppressed += tx
                 .execute(
-                    &statement,
+                    Hot(SUPPRESS),
                     &[&e.channel.as_str(), &clean(address), &reason.as_str(), &id],
                 )
                 .await?;
@@ -398,16 +395,15 @@ async fn apply(tx: &impl GenericClient, e: &ProviderEvent) -> Result<Applied> {
 
 /// The attempt an event concerns: by Herald's tags (`herald_intent`: the intent id,
 /// `herald_attempt`: the attempt number), else by the message id SendEmail returned.
-async fn match_attempt(
-    tx: &impl GenericClient,
-    e: &ProviderEvent,
-) -> Result<Option<(Uuid, Uuid, MatchedBy, i32)>> {
+async fn match_attempt(tx: &impl Sql, e: &ProviderEvent) -> Result<Option<(Uuid, Uuid, MatchedBy, i32)>> {
     let intent = e.intent_tag.as_deref().and_then(|t| Uuid::parse_str(t).ok());
     let attempt_no = e.attempt_tag.as_deref().and_then(|t| t.parse::<i32>().ok());
     if let (Some(intent), Some(attempt_no)) = (intent, attempt_no) {
         // notification_attempts_intent_idx
-        let statement = tx.prepare_cached(ATTEMPT_BY_TAGS).await?;
-        if let Some(r) = tx.query_opt(&statement, &[&intent, &attempt_no]).await? {
+        if let Some(r) = tx
+            .query_opt(Hot(ATTEMPT_BY_TAGS), &[&intent, &attempt_no])
+            .await?
+        {
             return Ok(Some((intent, r.get(0), MatchedBy::Tags, attempt_no)));
         }
     }
@@ -415,9 +411,8 @@ async fn match_attempt(
         return Ok(None);
     }
     // notification_attempts_provider_message_idx
-    let statement = tx.prepare_cached(ATTEMPT_BY_MESSAGE_ID).await?;
     Ok(tx
-        .query_opt(&statement, &[&clean(&e.provider_message_id)])
+        .query_opt(Hot(ATTEMPT_BY_MESSAGE_ID), &[&clean(&e.provider_message_id)])
         .await?
         .map(|r| (r.get(0), r.get(1), MatchedBy::MessageId, r.get(2))))
 }
@@ -427,17 +422,16 @@ async fn match_attempt(
 /// intent was not `unknown` any more (a resolution came first), or the event refuses an
 /// older attempt than the newest.
 async fn settle(
-    tx: &impl GenericClient,
+    tx: &impl Sql,
     intent: Uuid,
     attempt: Uuid,
     attempt_no: i32,
     event_id: i64,
     verdict: Verdict,
 ) -> Result<bool> {
-    let statement = tx.prepare_cached(SETTLE).await?;
     let rows = tx
         .query(
-            &statement,
+            Hot(SETTLE),
             &[
                 &intent,
                 &verdict.as_str(),

@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use uuid::Uuid;
 
-use crate::{Connection, Result, Store};
+use crate::{Connection, Hot, Result, Sql, Store, Transaction};
 
 /// Due outbox rows, oldest first, skipping rows another relay holds
 /// (outbox_available_at_idx), with their intent's channel. The row carries it (V14); a row
@@ -41,7 +41,7 @@ pub struct OutboxRow {
 /// One relay round: the claimed rows stay locked (invisible to other relays) until
 /// [`RelayTx::finish`] deletes them and commits, or the transaction is dropped.
 pub struct RelayTx<'a> {
-    tx: deadpool_postgres::Transaction<'a>,
+    tx: Transaction<'a>,
 }
 
 impl<'a> RelayTx<'a> {
@@ -55,8 +55,7 @@ impl<'a> RelayTx<'a> {
     pub async fn claim_due(&self, limit: i64) -> Result<Vec<OutboxRow>> {
         // outbox_available_at_idx (available_at, id). Prepared once per connection: a
         // relay round is a few rows, and planning it again cost as much as running it.
-        let statement = self.tx.prepare_cached(CLAIM_DUE).await?;
-        let rows = self.tx.query(&statement, &[&limit]).await?;
+        let rows = self.tx.query(Hot(CLAIM_DUE), &[&limit]).await?;
         rows.into_iter()
             .map(|r| {
                 Ok(OutboxRow {
@@ -103,8 +102,7 @@ impl<'a> RelayTx<'a> {
     ) -> Result<()> {
         if !published.is_empty() {
             // outbox_pkey
-            let statement = self.tx.prepare_cached(DELETE_PUBLISHED).await?;
-            self.tx.execute(&statement, &[&published]).await?;
+            self.tx.execute(Hot(DELETE_PUBLISHED), &[&published]).await?;
         }
         if !late.is_empty() {
             let ms = after.as_millis() as i64;
@@ -131,8 +129,7 @@ impl Store {
             return Ok(());
         }
         let conn = self.conn().await?;
-        let statement = conn.prepare_cached(DELETE_PUBLISHED).await?;
-        conn.execute(&statement, &[&published]).await?;
+        conn.execute(Hot(DELETE_PUBLISHED), &[&published]).await?;
         Ok(())
     }
 
@@ -146,11 +143,18 @@ impl Store {
         Ok(())
     }
 
-    /// LISTENs on the outbox channel over a dedicated connection. The listener's receiver
-    /// yields one unit per notification and closes when the connection is lost: the relay
-    /// then falls back to its poll interval and listens again.
+    /// LISTENs on the outbox channel over a session of its own (see [`Store::session`]).
+    /// The listener's receiver yields one unit per notification and closes when the
+    /// connection is lost: the relay then falls back to its poll interval and listens
+    /// again. [`StoreError::NoSession`](crate::StoreError::NoSession): behind a transaction
+    /// pooler without `database.session_url`, where the relay only polls.
     pub async fn listen_outbox(&self) -> Result<OutboxListener> {
-        let (client, mut connection) = self.pg_config.connect(self.tls.clone()).await?;
+        let config = self
+            .session_config
+            .as_ref()
+            .ok_or(crate::StoreError::NoSession("the relay's LISTEN"))?;
+        let created = std::time::Instant::now();
+        let (client, mut connection) = config.connect(self.tls.clone()).await?;
         let (tx, rx) = mpsc::channel(1);
         let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
         tokio::spawn(async move {
@@ -169,7 +173,11 @@ impl Store {
             }
         });
         client.batch_execute(&format!("LISTEN {OUTBOX_CHANNEL}")).await?;
-        Ok(OutboxListener { _client: client, rx })
+        Ok(OutboxListener {
+            _client: client,
+            rx,
+            created,
+        })
     }
 }
 
@@ -177,4 +185,8 @@ impl Store {
 pub struct OutboxListener {
     _client: tokio_postgres::Client,
     pub rx: mpsc::Receiver<()>,
+    /// When its connection was made: a listener on a node that stopped being the primary
+    /// hears nothing more, and is replaced once the pool saw the primary move
+    /// ([`Store::primary_moved_since`]).
+    pub created: std::time::Instant,
 }

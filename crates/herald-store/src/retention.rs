@@ -96,7 +96,7 @@ pub struct RetentionSession {
 impl Store {
     /// A session for one retention pass; `Ok(None)` when another instance is running one.
     pub async fn retention_session(&self) -> Result<Option<RetentionSession>> {
-        let client = self.dedicated().await?;
+        let client = self.session("retention (its advisory lock)").await?;
         // No statement of a pass waits long for a lock: it fails, and the next pass retries.
         client.batch_execute(partitions::SESSION_LOCK_TIMEOUT).await?;
         let locked: bool = client
@@ -332,7 +332,7 @@ impl Store {
     /// state removes (the attempts of deleted intents exclude those in partitions the
     /// attempt clock drops first).
     pub async fn retention_preview(&self, cutoffs: &Cutoffs) -> Result<Removed> {
-        let mut client = self.dedicated().await?;
+        let mut client = self.session("the retention preview").await?;
         let tx = client
             .build_transaction()
             .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)

@@ -3,7 +3,7 @@
 use herald_core::render::TemplateRevision;
 use herald_core::Channel;
 
-use crate::{Result, Store, StoreError};
+use crate::{Hot, Result, Sql, Store, StoreError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PublishOutcome {
@@ -87,18 +87,18 @@ impl Store {
 
 /// Every active revision. Ingest loads this once per batch inside its transaction; the set
 /// is small (templates x channels x locales).
-pub(crate) async fn load_active(
-    client: &impl deadpool_postgres::GenericClient,
-) -> Result<Vec<TemplateRevision>> {
+pub(crate) async fn load_active(client: &impl Sql) -> Result<Vec<TemplateRevision>> {
     // templates_one_active_idx; prepared once per connection, as every ingest batch
     // reads it.
-    let statement = client
-        .prepare_cached(
-            "SELECT template, channel, locale, revision, subject, body_text, body_html
-             FROM templates WHERE active",
+    let rows = client
+        .query(
+            Hot(
+                "SELECT template, channel, locale, revision, subject, body_text, body_html
+                 FROM templates WHERE active",
+            ),
+            &[],
         )
         .await?;
-    let rows = client.query(&statement, &[]).await?;
     rows.iter()
         .map(|r| {
             Ok(TemplateRevision {
@@ -115,7 +115,7 @@ pub(crate) async fn load_active(
 }
 
 async fn activate_in(
-    tx: &deadpool_postgres::Transaction<'_>,
+    tx: &impl Sql,
     template: &str,
     channel: Channel,
     locale: &str,

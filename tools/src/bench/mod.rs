@@ -2,11 +2,13 @@
 //! side by side in one run on the real local stack. Every figure is the median of several
 //! runs, with min and max. Results go to `bench/results/<date>.json` and `.md`.
 
+pub mod compare;
 pub mod cost;
 pub mod delivery;
 pub mod floor;
 pub mod ingest;
 pub mod latency;
+pub mod pooler;
 pub mod procstat;
 pub mod security;
 pub mod storage;

@@ -1,9 +1,9 @@
-//! `herald-bench [--quick] [--storage-only | --latency-only | --security-only] [--growth N,N...] [--out DIR]`: the benchmark behind `make bench` (and
+//! `herald-bench [--quick] [--storage-only | --latency-only | --security-only | --pooler-only] [--growth N,N...] [--out DIR]`: the benchmark behind `make bench` (and
 //! `make bench-quick`). On the real local stack, side by side in one run: ingest against
 //! a do-nothing Kafka consumer, Herald's own statements without Kafka and the naive
 //! one-transaction-per-event loop; delivery against the Little's-law limit of a 50 ms
 //! provider stand-in and the sequential loop; ingest and delivery through SASL_SSL against
-//! plaintext; end-to-end latency at half capacity; resource use; scale-out; and ingest
+//! plaintext, and through PgBouncer in transaction mode against a direct PostgreSQL; end-to-end latency at half capacity; resource use; scale-out; and ingest
 //! rates as the intents table grows. Writes
 //! `DIR/<date>.json` and `DIR/<date>.md` (default DIR `bench/results`). Timings are
 //! reported, never asserted: the machine is shared and noisy, so read the ratios.
@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use herald_store::plans::HOT_STATEMENTS;
+use herald_tools::bench::compare::{self, Comparison, Sides};
 use herald_tools::bench::ingest::{self, Workload};
 use herald_tools::bench::latency::{self, percentile, HOPS};
 use herald_tools::bench::procstat::Usage;
-use herald_tools::bench::{cost, delivery, floor, security, storage, Figure, Target};
+use herald_tools::bench::{cost, delivery, floor, pooler, security, storage, Figure, Target};
 use integration_tests::{standin, TestEnv};
 use serde_json::json;
 
@@ -107,18 +108,17 @@ async fn main() -> Result<()> {
         let series = latency_runs(&format!("http://{standin_addr}"), half, &plan, &say).await?;
         return write_latency_only(&out, quick, &series, t0);
     }
-    if args.iter().any(|a| a == "--security-only") {
-        let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
-        let w = Workload::new(plan.events);
-        let c = security::run(
-            &w,
-            &format!("http://{standin_addr}"),
-            plan.delivery_orders,
-            plan.runs,
-            &say,
-        )
-        .await?;
-        return write_security_only(&out, quick, &w, plan.delivery_orders, &c, t0);
+    for (flag, sides) in [
+        ("--security-only", &security::SIDES),
+        ("--pooler-only", &pooler::SIDES),
+    ] {
+        if args.iter().any(|a| a == flag) {
+            let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
+            let w = Workload::new(plan.events);
+            let endpoint = format!("http://{standin_addr}");
+            let c = compare::run(sides, &w, &endpoint, plan.delivery_orders, plan.runs, &say).await?;
+            return write_comparison_only(&out, quick, &w, plan.delivery_orders, sides, &c, t0);
+        }
     }
     if args.iter().any(|a| a == "--storage-only") {
         let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
@@ -262,8 +262,13 @@ async fn main() -> Result<()> {
         env.cleanup().await;
     }
 
-    // --- The cost of TLS and SASL ---------------------------------------------------------
-    let security = security::run(&w, &endpoint, plan.delivery_orders, plan.runs, &say).await?;
+    // --- The cost of TLS and SASL, and of a transaction-mode pooler ----------------------
+    let mut comparisons = Vec::new();
+    for sides in [&security::SIDES, &pooler::SIDES] {
+        comparisons.push(compare::run(sides, &w, &endpoint, plan.delivery_orders, plan.runs, &say).await?);
+    }
+    let [security, pooled] =
+        <[Comparison; 2]>::try_from(comparisons).map_err(|_| anyhow::anyhow!("two comparisons"))?;
 
     // --- End-to-end latency and whole-machine cost ---------------------------------------
     let at_256 = delivery_figs[1].2.median();
@@ -332,6 +337,7 @@ async fn main() -> Result<()> {
     figures.extend(delivery_figs.iter().map(|(_, _, f)| f));
     figures.extend([&delivery_floor, &sequential, &deliver_two]);
     figures.extend(security.figures());
+    figures.extend(pooled.figures());
     let json = json!({
         "date": date,
         "quick": quick,
@@ -344,7 +350,8 @@ async fn main() -> Result<()> {
             "min": f.min(), "max": f.max()})).collect::<Vec<_>>(),
         "targets": targets.iter().map(|t| json!({"target": t.text, "ratio": t.lhs / t.rhs, "met": t.met()})).collect::<Vec<_>>(),
         "latency": latency_series.iter().map(Series::to_json).collect::<Vec<_>>(),
-        "security": security_json(&security),
+        "security": comparison_json(&security),
+        "pooler": comparison_json(&pooled),
         "resources": {
             "ingest": {"peak_rss_mib": ingest_usage.peak_rss_mib, "cpu_s_per_10k_events": ingest_usage.cpu_seconds / (w.events as f64) * 10_000.0},
             "deliver": {"peak_rss_mib": deliver_usage.peak_rss_mib, "cpu_s_per_10k_sends": deliver_usage.cpu_seconds / sends_measured.max(1.0) * 10_000.0},
@@ -379,7 +386,9 @@ async fn main() -> Result<()> {
         writeln!(md, "{}", t.row())?;
     }
     writeln!(md)?;
-    write_security(&mut md, &security)?;
+    write_comparison(&mut md, &security::SIDES, &security)?;
+    writeln!(md)?;
+    write_comparison(&mut md, &pooler::SIDES, &pooled)?;
     writeln!(md)?;
     write_latency(&mut md, &latency_series)?;
     writeln!(md)?;
@@ -430,12 +439,10 @@ fn write_results(out: &std::path::Path, stem: &str, json: &serde_json::Value, md
     Ok(())
 }
 
-/// SASL_SSL against plaintext, each pair's ratio of medians.
-fn write_security(md: &mut String, c: &security::Comparison) -> Result<()> {
-    writeln!(
-        md,
-        "Kafka through SASL_SSL (SCRAM-SHA-512, TLS verified) against plaintext, alternating:\n"
-    )?;
+/// One comparison's figures and each pair's ratio of medians.
+fn write_comparison(md: &mut String, sides: &Sides, c: &Comparison) -> Result<()> {
+    let [first, second] = sides.names;
+    writeln!(md, "Herald through {second} against {first}, alternating:\n")?;
     writeln!(
         md,
         "| figure | median | min | max | unit | what |\n|---|---|---|---|---|---|"
@@ -445,7 +452,7 @@ fn write_security(md: &mut String, c: &security::Comparison) -> Result<()> {
     }
     writeln!(
         md,
-        "\n| SASL_SSL / plaintext | ratio of medians | each run against the plaintext run beside it |\n|---|---|---|"
+        "\n| {second} / {first} | ratio of medians | each run against the {first} run beside it |\n|---|---|---|"
     )?;
     for (what, ratio, paired) in c.ratios() {
         let paired: Vec<String> = paired.iter().map(|r| format!("{r:.3}")).collect();
@@ -454,34 +461,39 @@ fn write_security(md: &mut String, c: &security::Comparison) -> Result<()> {
     Ok(())
 }
 
-fn security_json(c: &security::Comparison) -> serde_json::Value {
+fn comparison_json(c: &Comparison) -> serde_json::Value {
     json!({
+        "sides": c.names,
         "figures": c.figures().iter().map(|f| f.to_json()).collect::<Vec<_>>(),
-        "ratios": c.ratios().iter().map(|(what, r, paired)| json!({"what": what, "sasl_ssl_over_plaintext": r, "paired": paired})).collect::<Vec<_>>(),
+        "ratios": c.ratios().iter().map(|(what, r, paired)| json!({"what": what, "second_over_first": r, "paired": paired})).collect::<Vec<_>>(),
     })
 }
 
-/// `--security-only`: SASL_SSL against plaintext alone, to `DIR/<date>-security.json` and `.md`.
-fn write_security_only(
+/// `--security-only`, `--pooler-only`: one comparison alone, to
+/// `DIR/<date>-<namespace>.json` and `.md`.
+fn write_comparison_only(
     out: &std::path::Path,
     quick: bool,
     w: &Workload,
     delivery_orders: usize,
-    c: &security::Comparison,
+    sides: &Sides,
+    c: &Comparison,
     t0: Instant,
 ) -> Result<()> {
     let date = chrono::Utc::now().format("%Y-%m-%dT%H%M%SZ").to_string();
     let json = json!({"date": date, "quick": quick, "events": w.events, "delivery_orders": delivery_orders,
-                      "security": security_json(c), "duration_s": t0.elapsed().as_secs()});
+                      sides.namespace: comparison_json(c), "duration_s": t0.elapsed().as_secs()});
     let mut md = format!(
-        "# Herald through SASL_SSL against plaintext {date}{}\n\nIngest: {} events; delivery: {} orders (two channels), 50 ms provider stand-in.\n\n",
+        "# Herald through {} against {} {date}{}\n\nIngest: {} events; delivery: {} orders (two channels), 50 ms provider stand-in.\n\n",
+        sides.names[1],
+        sides.names[0],
         if quick { " (quick)" } else { "" },
         w.events,
         delivery_orders
     );
-    write_security(&mut md, c)?;
+    write_comparison(&mut md, sides, c)?;
     writeln!(md, "\nTook {} s.", t0.elapsed().as_secs())?;
-    write_results(out, &format!("{date}-security"), &json, &md)
+    write_results(out, &format!("{date}-{}", sides.namespace), &json, &md)
 }
 
 /// The storage measurement, once with the sample templates and once with the 6 KB e-mail.

@@ -51,6 +51,8 @@ impl Drop for OnCluster {
 
 /// What each stage has done, counted every 250 ms from PostgreSQL: intents created
 /// (ingest), outbox rows waiting (the relay's backlog) and attempts accepted (delivery).
+/// The connection is made again after an error: through a failover (`super::postgres`)
+/// the URL finds the new primary.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     at: Instant,
@@ -59,7 +61,7 @@ struct Sample {
     accepted: i64,
 }
 
-struct Progress {
+pub(super) struct Progress {
     samples: Arc<Mutex<Vec<Sample>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -69,20 +71,29 @@ const PROGRESS: &str = "SELECT (SELECT count(*) FROM notification_intents),
         (SELECT count(*) FROM notification_attempts WHERE outcome = 'accepted')";
 
 impl Progress {
-    async fn start(db_url: &str) -> Result<Self> {
-        let db = integration_tests::pg_connect(db_url).await?;
+    pub(super) async fn start(db_url: &str) -> Result<Self> {
+        let mut db = Some(integration_tests::pg_connect(db_url).await?);
+        let db_url = db_url.to_owned();
         let samples = Arc::new(Mutex::new(Vec::new()));
         let kept = samples.clone();
         let task = tokio::spawn(async move {
             loop {
-                if let Ok(row) = db.query_one(PROGRESS, &[]).await {
-                    let sample = Sample {
-                        at: Instant::now(),
-                        intents: row.get(0),
-                        outbox: row.get(1),
-                        accepted: row.get(2),
-                    };
-                    kept.lock().unwrap_or_else(|e| e.into_inner()).push(sample);
+                if db.is_none() {
+                    db = integration_tests::pg_connect(&db_url).await.ok();
+                }
+                if let Some(client) = &db {
+                    match client.query_one(PROGRESS, &[]).await {
+                        Ok(row) => {
+                            let sample = Sample {
+                                at: Instant::now(),
+                                intents: row.get(0),
+                                outbox: row.get(1),
+                                accepted: row.get(2),
+                            };
+                            kept.lock().unwrap_or_else(|e| e.into_inner()).push(sample);
+                        }
+                        Err(_) => db = None,
+                    }
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
@@ -138,7 +149,13 @@ impl Drop for Progress {
 /// One fault's window: reports, for as long a window before it and for the fault, the
 /// intents created and the notifications accepted per second and the largest outbox
 /// backlog; a violation when no notification was accepted during the fault.
-fn report_window(report: &mut Report, progress: &Progress, name: &str, from: Instant, to: Instant) {
+pub(super) fn report_window(
+    report: &mut Report,
+    progress: &Progress,
+    name: &str,
+    from: Instant,
+    to: Instant,
+) {
     let length = to - from;
     let (ingest_before, accepted_before, backlog_before) =
         progress.rates(from.checked_sub(length).unwrap_or(from), from);

@@ -13,6 +13,7 @@ pub mod fleet;
 pub mod hostile;
 pub mod invariants;
 pub mod plan;
+pub mod postgres;
 pub mod rng;
 pub mod scenarios;
 pub mod watch;

@@ -20,7 +20,7 @@ use integration_tests::moto::{send_email_directly, MOTO};
 use integration_tests::toxiproxy::Proxy;
 use integration_tests::{wait_for, EnvOptions, TestEnv};
 
-pub const ALL: [&str; 15] = [
+pub const ALL: [&str; 18] = [
     "storm",
     "conflicts",
     "sigkill",
@@ -36,14 +36,21 @@ pub const ALL: [&str; 15] = [
     "leader",
     "paused-broker",
     "controller",
+    "pg-switchover",
+    "pg-failover",
+    "pg-pooler",
 ];
 
 /// What a run without names runs: every scenario in the long version; the short version
-/// (in `make test`) has one of the three-broker cluster's, `leader`.
+/// (in `make test`) has one of the three-broker cluster's, `leader`, and one of
+/// PostgreSQL's, `pg-switchover`.
 pub fn defaults(scale: Scale) -> Vec<&'static str> {
     ALL.iter()
         .copied()
-        .filter(|n| scale == Scale::Long || !matches!(*n, "paused-broker" | "controller"))
+        .filter(|n| {
+            scale == Scale::Long
+                || !matches!(*n, "paused-broker" | "controller" | "pg-failover" | "pg-pooler")
+        })
         .collect()
 }
 
@@ -64,6 +71,9 @@ pub async fn run(name: &str, scale: Scale, rng: &mut Rng) -> Result<Report> {
         "leader" => super::cluster::leader(scale, rng).await,
         "paused-broker" => super::cluster::paused_broker(scale, rng).await,
         "controller" => super::cluster::controller(scale, rng).await,
+        "pg-switchover" => super::postgres::switchover(scale, rng).await,
+        "pg-failover" => super::postgres::failover(scale, rng).await,
+        "pg-pooler" => super::postgres::pooler(scale, rng).await,
         other => anyhow::bail!("no scenario {other:?}; there are {}", ALL.join(", ")),
     }
 }
@@ -140,7 +150,7 @@ impl Setup {
         self
     }
 
-    fn options(mut self, options: EnvOptions) -> Self {
+    pub(super) fn options(mut self, options: EnvOptions) -> Self {
         self.options = options;
         self
     }

@@ -11,8 +11,7 @@ use tokio_postgres::Row;
 use uuid::Uuid;
 
 use super::{sweep, AttemptRecord, ChannelPolicies};
-use crate::intent_channel;
-use crate::{Result, Store};
+use crate::{intent_channel, Hot, Result, Sql, Store};
 
 /// One intent to claim, under the id its attempt will have. The caller makes the id once
 /// and reuses it when it retries the claim, so a claim whose commit succeeded but whose
@@ -159,17 +158,12 @@ impl Store {
         let attempt_ids: Vec<Uuid> = unique.values().copied().collect();
         // A retry must not claim again under an attempt id an earlier try already used
         // (that attempt may have been swept since): the first try needs no such check.
-        let claim = conn
-            .prepare_cached(match attempt {
-                ClaimTry::First => CLAIM,
-                ClaimTry::Again => CLAIM_AGAIN,
-            })
-            .await?;
+        let claim = Hot(match attempt {
+            ClaimTry::First => CLAIM,
+            ClaimTry::Again => CLAIM_AGAIN,
+        });
         let rows = conn
-            .query(
-                &claim,
-                &[&intent_ids, &attempt_ids, &worker, &lease.as_secs_f64()],
-            )
+            .query(claim, &[&intent_ids, &attempt_ids, &worker, &lease.as_secs_f64()])
             .await?;
         let mut claimed: HashMap<Uuid, Claimed> = HashMap::with_capacity(rows.len());
         for r in &rows {
@@ -191,9 +185,8 @@ impl Store {
             // try's attempt ids are new: nothing can be held by them.
             let mut ours: Vec<Uuid> = Vec::new();
             if attempt == ClaimTry::Again {
-                let held = tx.prepare_cached(HELD).await?;
                 ours = tx
-                    .query(&held, &[&others])
+                    .query(Hot(HELD), &[&others])
                     .await?
                     .iter()
                     .filter(|r| unique.get(&r.get::<_, Uuid>(0)) == Some(&r.get::<_, Uuid>(1)))
@@ -202,8 +195,7 @@ impl Store {
             }
             let rest: Vec<Uuid> = others.iter().filter(|id| !ours.contains(id)).copied().collect();
             sweep::expire_in(&tx, Some(&rest), policies, rest.len() as i64).await?;
-            let why = tx.prepare_cached(SKIP_REASONS).await?;
-            for r in tx.query(&why, &[&rest]).await? {
+            for r in tx.query(Hot(SKIP_REASONS), &[&rest]).await? {
                 let state: &str = r.get(1);
                 let not_due: Option<bool> = r.get(2);
                 let reason = match state.parse::<IntentState>() {
@@ -218,8 +210,7 @@ impl Store {
                 reasons.insert(r.get(0), reason);
             }
             if !ours.is_empty() {
-                let again = tx.prepare_cached(RECLAIM).await?;
-                for r in tx.query(&again, &[&ours]).await? {
+                for r in tx.query(Hot(RECLAIM), &[&ours]).await? {
                     let c = claimed_from_row(&r, true)?;
                     claimed.insert(c.intent_id, c);
                 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::{next_state_columns, AttemptRecord};
-use crate::{Result, Store};
+use crate::{Hot, Result, Sql, Store};
 
 /// What recording one attempt did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,10 +54,9 @@ impl Store {
         let categories: Vec<Option<&str>> = records.iter().map(|r| r.error_category).collect();
         let details: Vec<Option<&str>> = records.iter().map(|r| r.error_detail.as_deref()).collect();
         let (intent_ids, states, delays) = next_state_columns(records.iter().map(|r| (r.intent_id, r.next)));
-        let statement = conn.prepare_cached(RECORD).await?;
         let rows = conn
             .query(
-                &statement,
+                Hot(RECORD),
                 &[
                     &attempt_ids,
                     &started,
@@ -88,9 +87,8 @@ impl Store {
             .collect();
         if !rest.is_empty() {
             let ids: Vec<Uuid> = rest.iter().map(|r| r.attempt_id).collect();
-            let prior = conn.prepare_cached(PRIOR_OUTCOMES).await?;
             let stored: HashMap<Uuid, (String, Option<String>)> = conn
-                .query(&prior, &[&ids])
+                .query(Hot(PRIOR_OUTCOMES), &[&ids])
                 .await?
                 .iter()
                 .map(|r| (r.get(0), (r.get(1), r.get(2))))

@@ -4,14 +4,13 @@
 
 use std::time::Duration;
 
-use deadpool_postgres::GenericClient;
 use herald_core::retry::{jitter, NextState};
 use herald_core::{AttemptOutcome, IntentState};
 use uuid::Uuid;
 
 use super::{next_state_columns, ChannelPolicies};
 use crate::inspect::IntentRef;
-use crate::{Result, Store, StoreError};
+use crate::{Hot, Result, Sql, Store, StoreError};
 
 pub use herald_core::Resolution;
 
@@ -36,9 +35,8 @@ impl Store {
     /// turns into a skip.
     pub async fn requeue_stranded(&self, grace: Duration, limit: i64) -> Result<Vec<Uuid>> {
         let conn = self.conn().await?;
-        let statement = conn.prepare_cached(STRANDED).await?;
         Ok(conn
-            .query(&statement, &[&grace.as_secs_f64(), &limit])
+            .query(Hot(STRANDED), &[&grace.as_secs_f64(), &limit])
             .await?
             .iter()
             .map(|r| r.get(0))
@@ -57,7 +55,7 @@ impl Store {
     ) -> Result<(Uuid, herald_core::Channel)> {
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
-        let id = crate::inspect::intent_id(&*tx, intent, true).await?;
+        let id = crate::inspect::intent_id(&tx, intent, true).await?;
         let row = tx
             .query_one(
                 "SELECT state, channel FROM notification_intents WHERE id = $1",
@@ -83,9 +81,8 @@ impl Store {
             Resolution::Retry => NextState::RetryAfter(Duration::ZERO),
         };
         let (ids, states, delays) = next_state_columns(std::iter::once((id, next)));
-        let statement = tx.prepare_cached(NEXT_STATES_IN_STATE).await?;
         tx.execute(
-            &statement,
+            Hot(NEXT_STATES_IN_STATE),
             &[&ids, &states, &delays, &IntentState::Unknown.as_str()],
         )
         .await?;
@@ -180,14 +177,13 @@ const STRANDED: &str = "WITH stranded AS (
 
 /// The sweep shared by [`Store::expire_leases`] and [`Store::claim`].
 pub(super) async fn expire_in(
-    client: &impl GenericClient,
+    client: &impl Sql,
     only: Option<&[Uuid]>,
     policies: &ChannelPolicies,
     limit: i64,
 ) -> Result<usize> {
     // notification_intents_sending_lease_idx
-    let expired = client.prepare_cached(EXPIRED_LEASES).await?;
-    let rows = client.query(&expired, &[&only, &limit]).await?;
+    let rows = client.query(Hot(EXPIRED_LEASES), &[&only, &limit]).await?;
     if rows.is_empty() {
         return Ok(0);
     }
@@ -207,10 +203,10 @@ pub(super) async fn expire_in(
         ));
     }
     let ids: Vec<Uuid> = next.iter().map(|(id, _)| *id).collect();
-    let unknown = client.prepare_cached(LEASE_EXPIRED_ATTEMPTS).await?;
-    client.execute(&unknown, &[&ids]).await?;
+    client.execute(Hot(LEASE_EXPIRED_ATTEMPTS), &[&ids]).await?;
     let (ids, states, delays) = next_state_columns(next.iter().copied());
-    let statement = client.prepare_cached(NEXT_STATES_LEASE_EXPIRED).await?;
-    client.execute(&statement, &[&ids, &states, &delays]).await?;
+    client
+        .execute(Hot(NEXT_STATES_LEASE_EXPIRED), &[&ids, &states, &delays])
+        .await?;
     Ok(next.len())
 }

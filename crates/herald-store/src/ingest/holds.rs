@@ -14,10 +14,9 @@ use chrono::{DateTime, Utc};
 use herald_core::{Channel, Payload};
 use serde_json::Value;
 use tokio_postgres::types::Json;
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::{Result, StoreError};
+use crate::{Result, Sql, StoreError};
 
 /// The advisory lock class of seller keys (ASCII "sell"); the second key is the hash of
 /// marketplace and seller. A collision only makes two sellers wait for each other.
@@ -77,7 +76,7 @@ pub struct HoldSample {
 
 /// Takes the advisory locks of `sellers` (marketplace, seller) until the transaction ends,
 /// in one order, so that two transactions locking overlapping sets wait, not deadlock.
-pub(crate) async fn lock_sellers(client: &impl GenericClient, sellers: &[(&str, &str)]) -> Result<()> {
+pub(crate) async fn lock_sellers(client: &impl Sql, sellers: &[(&str, &str)]) -> Result<()> {
     if sellers.is_empty() {
         return Ok(());
     }
@@ -107,7 +106,7 @@ pub(crate) struct NewHold<'a> {
 }
 
 /// Records new holds, each held for `wait` from now.
-pub(crate) async fn insert(client: &impl GenericClient, holds: &[NewHold<'_>], wait: Duration) -> Result<()> {
+pub(crate) async fn insert(client: &impl Sql, holds: &[NewHold<'_>], wait: Duration) -> Result<()> {
     if holds.is_empty() {
         return Ok(());
     }
@@ -153,10 +152,7 @@ fn held(rows: Vec<tokio_postgres::Row>) -> Result<Vec<HeldIntent>> {
 
 /// The open holds of `sellers`, locked (holds another transaction is deciding are skipped:
 /// that transaction decides them).
-pub(crate) async fn open_of_sellers(
-    client: &impl GenericClient,
-    sellers: &[(&str, &str)],
-) -> Result<Vec<HeldIntent>> {
+pub(crate) async fn open_of_sellers(client: &impl Sql, sellers: &[(&str, &str)]) -> Result<Vec<HeldIntent>> {
     if sellers.is_empty() {
         return Ok(Vec::new());
     }
@@ -167,7 +163,7 @@ pub(crate) async fn open_of_sellers(
 
 /// Open holds whose seller has a profile and that no release failed for: a backstop for a
 /// profile stored by another path than ingest. Locked, oldest deadline first.
-pub(crate) async fn open_with_profile(client: &impl GenericClient, limit: i64) -> Result<Vec<HeldIntent>> {
+pub(crate) async fn open_with_profile(client: &impl Sql, limit: i64) -> Result<Vec<HeldIntent>> {
     held(client.query(OPEN_HOLDS_WITH_PROFILE, &[&limit]).await?)
 }
 
@@ -186,7 +182,7 @@ pub(crate) const OPEN_HOLDS_WITH_PROFILE: &str =
 /// row when consent is granted, else `suppressed`; `observed` when held by a route in
 /// `observe` mode, whatever the route's mode is now), then the hold's decision. Only intents
 /// still `awaiting_profile` change.
-pub(crate) async fn release(client: &impl GenericClient, releases: &[Release]) -> Result<Vec<Decided>> {
+pub(crate) async fn release(client: &impl Sql, releases: &[Release]) -> Result<Vec<Decided>> {
     if releases.is_empty() {
         return Ok(Vec::new());
     }
@@ -291,7 +287,7 @@ fn decided(rows: Vec<tokio_postgres::Row>) -> Vec<Decided> {
 
 /// Keeps held intents that could not be rendered with their profile held, with the reason
 /// (shown by `herald intent show`); the wait still runs.
-pub(crate) async fn record_failures(client: &impl GenericClient, failures: &[(Uuid, String)]) -> Result<()> {
+pub(crate) async fn record_failures(client: &impl Sql, failures: &[(Uuid, String)]) -> Result<()> {
     if failures.is_empty() {
         return Ok(());
     }
@@ -313,13 +309,13 @@ pub(crate) async fn record_failures(client: &impl GenericClient, failures: &[(Uu
 /// rendered without a profile (consent `no_seller_profile`), `suppressed` (`observed` for a
 /// route in `observe` mode). One statement:
 /// a crash before its commit leaves the holds open for the next round.
-pub(crate) async fn expire_due(client: &impl GenericClient, limit: i64) -> Result<Vec<Decided>> {
+pub(crate) async fn expire_due(client: &impl Sql, limit: i64) -> Result<Vec<Decided>> {
     let rows = client.query(EXPIRE_DUE, &[&limit]).await?;
     Ok(decided(rows))
 }
 
 /// Open holds and the age of the oldest (intent_holds_open_until_idx covers the open set).
-pub(crate) async fn sample(client: &impl GenericClient) -> Result<HoldSample> {
+pub(crate) async fn sample(client: &impl Sql) -> Result<HoldSample> {
     let r = client
         .query_one(
             "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(held_at)), 0)::float8
@@ -345,7 +341,7 @@ pub struct HoldView {
     pub last_error: Option<String>,
 }
 
-pub(crate) async fn view(client: &impl GenericClient, intent_id: Uuid) -> Result<Option<HoldView>> {
+pub(crate) async fn view(client: &impl Sql, intent_id: Uuid) -> Result<Option<HoldView>> {
     // intent_holds_pkey
     let row = client
         .query_opt(

@@ -19,10 +19,9 @@ use herald_core::{
     SellerRecord,
 };
 use tokio_postgres::types::Json;
-use tokio_postgres::GenericClient;
 use uuid::Uuid;
 
-use crate::{templates, Connection, Result};
+use crate::{templates, Connection, Result, Sql, Transaction};
 use holds::{Decided, HeldIntent, Release};
 
 /// Intents already holding some of a batch's business keys (notification_intents_business_key;
@@ -147,7 +146,7 @@ impl Convergence {
 }
 
 pub struct IngestTx<'a> {
-    pub(crate) tx: deadpool_postgres::Transaction<'a>,
+    pub(crate) tx: Transaction<'a>,
 }
 
 impl<'a> IngestTx<'a> {
@@ -160,7 +159,7 @@ impl<'a> IngestTx<'a> {
     /// Applies the batch's seller records, folded to one per seller.
     pub async fn apply_sellers(&self, records: Vec<SellerRecord>) -> Result<(u64, u64)> {
         let folded = sellers::fold_seller_records(records);
-        sellers::apply(&*self.tx, &folded).await
+        sellers::apply(&self.tx, &folded).await
     }
 
     pub async fn sellers(
@@ -178,33 +177,33 @@ impl<'a> IngestTx<'a> {
     /// holds orders for missing profiles and one that stores those profiles both take them
     /// before looking, so the second to commit sees the first's rows.
     pub async fn lock_sellers(&self, sellers: &[(&str, &str)]) -> Result<()> {
-        holds::lock_sellers(&*self.tx, sellers).await
+        holds::lock_sellers(&self.tx, sellers).await
     }
 
     /// The open holds of `sellers` within their wait, locked for [`IngestTx::release`].
     pub async fn open_holds_of(&self, sellers: &[(&str, &str)]) -> Result<Vec<HeldIntent>> {
-        holds::open_of_sellers(&*self.tx, sellers).await
+        holds::open_of_sellers(&self.tx, sellers).await
     }
 
     /// Up to `limit` open holds within their wait whose seller has a profile and that no
     /// release failed for, locked.
     pub async fn open_holds_with_profile(&self, limit: i64) -> Result<Vec<HeldIntent>> {
-        holds::open_with_profile(&*self.tx, limit).await
+        holds::open_with_profile(&self.tx, limit).await
     }
 
     /// Freezes held intents rendered with their profiles (payload, state, outbox row).
     pub async fn release(&self, releases: &[Release]) -> Result<Vec<Decided>> {
-        holds::release(&*self.tx, releases).await
+        holds::release(&self.tx, releases).await
     }
 
     /// Notes on their holds why these intents could not be rendered; they stay held.
     pub async fn record_release_failures(&self, failures: &[(Uuid, String)]) -> Result<()> {
-        holds::record_failures(&*self.tx, failures).await
+        holds::record_failures(&self.tx, failures).await
     }
 
     /// Freezes up to `limit` holds past their wait as `suppressed` / `no_seller_profile`.
     pub async fn expire_holds(&self, limit: i64) -> Result<Vec<Decided>> {
-        holds::expire_due(&*self.tx, limit).await
+        holds::expire_due(&self.tx, limit).await
     }
 
     /// Creates or converges the intents of a batch. Returns one [`Convergence`] per input,
@@ -407,7 +406,7 @@ impl<'a> IngestTx<'a> {
             }
         }
         for (wait, holds) in by_wait {
-            holds::insert(&*self.tx, &holds, wait).await?;
+            holds::insert(&self.tx, &holds, wait).await?;
         }
         Ok(())
     }
@@ -491,10 +490,7 @@ impl<'a> IngestTx<'a> {
 }
 
 /// Stores payloads once per digest, `(digest, payload)` in any order with repeats.
-pub(crate) async fn insert_payloads(
-    client: &impl GenericClient,
-    mut payloads: Vec<(&str, &Payload)>,
-) -> Result<()> {
+pub(crate) async fn insert_payloads(client: &impl Sql, mut payloads: Vec<(&str, &Payload)>) -> Result<()> {
     // Sorted by digest: concurrent batches lock index entries in one order.
     payloads.sort_by(|a, b| a.0.cmp(b.0));
     payloads.dedup_by(|a, b| a.0 == b.0);

@@ -4,9 +4,8 @@ use std::collections::HashMap;
 
 use herald_core::consent::{Suppressed, SuppressionReason};
 use herald_core::{SellerProfile, SellerRecord};
-use tokio_postgres::GenericClient;
 
-use crate::Result;
+use crate::{Hot, Result, Sql};
 
 /// Folds the records of one batch into the final record per seller, in offset order: a
 /// tombstone deletes whatever came before; among upserts the highest version wins.
@@ -47,7 +46,7 @@ pub fn fold_seller_records(records: Vec<SellerRecord>) -> Vec<SellerRecord> {
 
 /// Applies folded records (at most one per seller): upserts only when newer than the
 /// stored version, deletes for tombstones. Returns (upserted, deleted) row counts.
-pub(crate) async fn apply(client: &impl GenericClient, records: &[SellerRecord]) -> Result<(u64, u64)> {
+pub(crate) async fn apply(client: &impl Sql, records: &[SellerRecord]) -> Result<(u64, u64)> {
     let mut up = UpsertColumns::default();
     let (mut del_m, mut del_s) = (Vec::new(), Vec::new());
     for rec in records {
@@ -103,7 +102,7 @@ pub(crate) async fn apply(client: &impl GenericClient, records: &[SellerRecord])
 
 /// The stored profiles of the given sellers.
 pub(crate) async fn lookup(
-    client: &impl deadpool_postgres::GenericClient,
+    client: &impl Sql,
     keys: &[(String, String)],
 ) -> Result<HashMap<(String, String), SellerProfile>> {
     if keys.is_empty() {
@@ -113,8 +112,7 @@ pub(crate) async fn lookup(
     let s: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
     // sellers_pkey. Prepared once per connection: planning it (the two suppression
     // subqueries, the digest function inlined) took ten times as long as running it.
-    let statement = client.prepare_cached(SELLERS_BY_KEY).await?;
-    let rows = client.query(&statement, &[&m, &s]).await?;
+    let rows = client.query(Hot(SELLERS_BY_KEY), &[&m, &s]).await?;
     Ok(rows
         .into_iter()
         .map(|r| {

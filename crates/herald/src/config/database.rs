@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use herald_store::{PgConfig, StoreConfig};
+use herald_store::{PgConfig, Pooler, StoreConfig};
 use serde::{Deserialize, Serialize};
 
 use super::range;
@@ -30,6 +30,20 @@ pub struct DatabaseConfig {
     pub owner_password_file: Option<String>,
     pub pool_size: usize,
     pub connect_timeout_ms: u64,
+    /// What sits between Herald and `url`: `none`, or `transaction` (a transaction-mode
+    /// pooler: no statement outlives its message exchange).
+    pub pooler: Pooler,
+    /// A connection that bypasses the pooler, for what holds a server session: the relay's
+    /// LISTEN, and (without `owner_url`) the advisory locks of migrations, partition
+    /// upkeep and retention. Unset with a transaction pooler: the relay polls.
+    pub session_url: Option<String>,
+    /// Pooled connections are closed past this age, so that none stays on a node an
+    /// endpoint no longer names (a failover behind DNS) for longer.
+    pub max_connection_age_s: u64,
+    /// How long a pooled statement or commit may go unanswered: then its connection is
+    /// closed (the server may be waiting on something that will not come, as a commit
+    /// waits for a synchronous standby that was promoted away) and the batch retried.
+    pub query_timeout_ms: u64,
     /// Apply pending migrations when `herald run` starts.
     pub migrate_on_start: bool,
     /// Months of `notification_attempts` partitions created ahead of time.
@@ -57,6 +71,22 @@ impl DatabaseConfig {
             600_000,
         )?;
         range(
+            "database.max_connection_age_s",
+            self.max_connection_age_s,
+            10,
+            86_400,
+        )?;
+        if let Some(url) = &self.session_url {
+            url.parse::<PgConfig>()
+                .map_err(|e| anyhow::anyhow!("database.session_url is not a valid PostgreSQL URL: {e}"))?;
+        }
+        if self.pooler == Pooler::Transaction && self.session_url.is_none() && self.owner_url.is_none() {
+            bail!(
+                "database.pooler = \"transaction\" needs a connection that bypasses the pooler for the advisory \
+                 locks of migrations, partition upkeep and retention: set database.session_url (or owner_url)"
+            );
+        }
+        range(
             "database.attempt_partitions_ahead",
             self.attempt_partitions_ahead.into(),
             0,
@@ -82,10 +112,15 @@ impl DatabaseConfig {
             connect_timeout: Duration::from_millis(self.connect_timeout_ms),
             tls_ca_file: non_empty_path(&self.tls_ca_file),
             password_file: non_empty_path(&self.password_file),
+            pooler: self.pooler,
+            session_url: self.session_url.clone(),
+            max_connection_age: Duration::from_secs(self.max_connection_age_s),
+            query_timeout: Duration::from_millis(self.query_timeout_ms),
         }
     }
 
-    /// The schema owner's connection, for migrations: `owner_url`, else `url`.
+    /// The schema owner's connection, for migrations: `owner_url` (a direct connection: it
+    /// runs DDL and holds advisory locks), else `url` with its pooler and session URL.
     pub fn owner_store(&self) -> StoreConfig {
         StoreConfig {
             url: self.owner_url.clone().unwrap_or_else(|| self.url.clone()),
@@ -98,6 +133,16 @@ impl DatabaseConfig {
                     non_empty_path(&self.owner_password_file).or_else(|| non_empty_path(&self.password_file))
                 }
             },
+            pooler: match self.owner_url {
+                Some(_) => Pooler::None,
+                None => self.pooler,
+            },
+            session_url: match self.owner_url {
+                Some(_) => None,
+                None => self.session_url.clone(),
+            },
+            max_connection_age: Duration::from_secs(self.max_connection_age_s),
+            query_timeout: Duration::from_millis(self.query_timeout_ms),
         }
     }
 }

@@ -449,3 +449,33 @@ fn environment_overrides_the_file() {
         Ok(())
     });
 }
+
+#[test]
+fn a_transaction_pooler_needs_a_session_for_the_advisory_locks() {
+    let c = load_str("").unwrap();
+    assert_eq!(c.store().pooler, herald_store::Pooler::None);
+    let pooled = "[database]\nurl = \"postgres://h@127.0.0.1:16432/h\"\npooler = \"transaction\"\n";
+    let e = load_str(pooled).unwrap_err().to_string();
+    assert!(e.contains("database.session_url"), "{e}");
+    let with_session = format!("{pooled}session_url = \"postgres://h@127.0.0.1:15432/h\"\n");
+    let c = load_str(&with_session).unwrap();
+    assert_eq!(c.store().pooler, herald_store::Pooler::Transaction);
+    assert_eq!(
+        c.store().session_url.as_deref(),
+        Some("postgres://h@127.0.0.1:15432/h")
+    );
+    // The owner's work goes over the session URL, through no pooler.
+    assert_eq!(
+        c.owner_store().session_url.as_deref(),
+        Some("postgres://h@127.0.0.1:15432/h")
+    );
+    // A direct owner URL is enough for the locks; the owner's connection is then not pooled.
+    let with_owner = format!("{pooled}owner_url = \"postgres://o@127.0.0.1:15432/h\"\n");
+    let c = load_str(&with_owner).unwrap();
+    assert_eq!(c.owner_store().pooler, herald_store::Pooler::None);
+    assert_eq!(c.store().session_url, None);
+    let e = load_str("[database]\npooler = \"statement\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("pooler"), "{e}");
+}

@@ -37,6 +37,8 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         Duration::from_millis(config.relay.retry_backoff_max_ms),
     );
     let mut listener: Option<OutboxListener> = None;
+    // False behind a transaction pooler without a session URL: the relay polls only.
+    let mut may_listen = true;
     let mut published_total = 0u64;
     // Locked by the round that uses it (one at a time): a `FnMut` retry cannot lend it.
     let on_their_way = tokio::sync::Mutex::new(OnTheirWay::default());
@@ -51,9 +53,21 @@ pub async fn run(config: Arc<Config>, store: Store, mut shutdown: Shutdown, obs:
         if shutdown.is_requested() {
             break;
         }
-        if listener.is_none() {
+        // A listener on a node that stopped being the primary hears nothing more.
+        if listener
+            .as_ref()
+            .is_some_and(|l| store.primary_moved_since(l.created))
+        {
+            info!("the database's primary moved: listening for outbox inserts again");
+            listener = None;
+        }
+        if listener.is_none() && may_listen {
             match store.listen_outbox().await {
                 Ok(l) => listener = Some(l),
+                Err(e @ herald_store::StoreError::NoSession(_)) => {
+                    info!(reason = %e, poll_ms = poll.as_millis() as u64, "polling the outbox, not listening");
+                    may_listen = false;
+                }
                 Err(e) => warn!(error = %e, "cannot LISTEN for outbox inserts; polling"),
             }
         }
