@@ -51,8 +51,8 @@ impl Drop for OnCluster {
 
 /// What each stage has done, counted every 250 ms from PostgreSQL: intents created
 /// (ingest), outbox rows waiting (the relay's backlog) and attempts accepted (delivery).
-/// The connection is made again after an error: through a failover (`super::postgres`)
-/// the URL finds the new primary.
+/// The connection is made again after an error or on a node that stopped taking writes:
+/// through a failover (`super::postgres`) the URL finds the new primary.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     at: Instant,
@@ -66,9 +66,12 @@ pub(super) struct Progress {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// The counts, and whether the node answering takes writes (a fenced or demoted node
+/// answers reads with what it had: the sampler then connects again, to the primary).
 const PROGRESS: &str = "SELECT (SELECT count(*) FROM notification_intents),
         (SELECT count(*) FROM outbox),
-        (SELECT count(*) FROM notification_attempts WHERE outcome = 'accepted')";
+        (SELECT count(*) FROM notification_attempts WHERE outcome = 'accepted'),
+        current_setting('transaction_read_only') = 'off'";
 
 impl Progress {
     pub(super) async fn start(db_url: &str) -> Result<Self> {
@@ -83,6 +86,7 @@ impl Progress {
                 }
                 if let Some(client) = &db {
                     match client.query_one(PROGRESS, &[]).await {
+                        Ok(row) if !row.get::<_, bool>(3) => db = None,
                         Ok(row) => {
                             let sample = Sample {
                                 at: Instant::now(),

@@ -28,6 +28,9 @@ use super::scenarios::{Run, Setup};
 use super::Scale;
 use integration_tests::{pg_connect, wait_for, Database, EnvOptions, HA_PORTS};
 
+/// The window whose rate is reported for a fault, from its start.
+const WINDOW: Duration = Duration::from_secs(5);
+
 async fn pair(args: &[&str]) -> Result<()> {
     script("postgres-ha", args).await.map(|_| ())
 }
@@ -118,6 +121,9 @@ async fn promotion(name: &'static str, loss: Loss, scale: Scale, rng: &mut Rng) 
         format!("{:.1}", t0.elapsed().as_secs_f64()),
     );
     after_promotion(&mut run, at).await?;
+    // The rate is sampled every 250 ms: a window of a few seconds from the loss, however
+    // quick the promotion and the first commit after it were.
+    tokio::time::sleep_until((t0 + WINDOW).into()).await;
     report_window(&mut run.report, &progress, "fault", t0, Instant::now());
     let report = run.finish(fleet, production).await;
     pair(&["reset"]).await?;
@@ -147,8 +153,8 @@ pub async fn pooler(scale: Scale, rng: &mut Rng) -> Result<Report> {
     tokio::time::sleep(Duration::from_secs(scale.pick(12, 20))).await;
     let t0 = Instant::now();
     script("pgbouncer", &["restart"]).await?;
-    // A window as long as a few relay rounds and delivery batches after the restart.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // As long as a few relay rounds and delivery batches after the restart.
+    tokio::time::sleep_until((t0 + WINDOW).into()).await;
     report_window(&mut run.report, &progress, "restart", t0, Instant::now());
     run.finish(fleet, production).await
 }
