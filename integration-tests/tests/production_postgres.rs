@@ -16,7 +16,7 @@ use integration_tests::moto::{emails_to, sms_to};
 use integration_tests::samples::UniqueSeller;
 use integration_tests::{
     ha_url, pg_connect, produce_order, publish_sellers, wait_for, workspace_root, Database, EnvOptions,
-    HeraldProcess, TestEnv, HA_PORTS,
+    HeraldProcess, TestEnv, HA_PORTS, PG_ADMIN_URL,
 };
 use tokio_postgres::Client;
 
@@ -162,25 +162,49 @@ async fn behind_pgbouncer(
     Ok((env, seller, herald))
 }
 
-/// A store on the HA pair's two-host URL, its schema migrated, on a database of its own.
-async fn ha_store(database: &str) -> Result<herald_store::Store> {
-    let admin = pg_connect(&ha_url("herald")).await?;
-    admin
+/// A store on `url(database)`, a database of its own made through `admin`, its schema
+/// migrated, its connections closed past `max_age`.
+async fn store_on(
+    admin: &str,
+    url: impl Fn(&str) -> String,
+    database: &str,
+    max_age: Duration,
+) -> Result<herald_store::Store> {
+    pg_connect(admin)
+        .await?
         .batch_execute(&format!("CREATE DATABASE {database}"))
         .await?;
     let store = herald_store::Store::new(&herald_store::StoreConfig {
-        url: ha_url(database),
+        url: url(database),
         pool_size: 2,
         connect_timeout: Duration::from_secs(5),
         tls_ca_file: None,
         password_file: None,
         pooler: herald_store::Pooler::None,
         session_url: None,
-        max_connection_age: Duration::from_secs(1800),
+        max_connection_age: max_age,
         query_timeout: Duration::from_secs(30),
     })?;
     store.migrate(1, chrono::Utc::now().date_naive(), None).await?;
     Ok(store)
+}
+
+/// A store on the HA pair's two-host URL.
+async fn ha_store(database: &str) -> Result<herald_store::Store> {
+    store_on(&ha_url("herald"), ha_url, database, Duration::from_secs(1800)).await
+}
+
+/// The backend pids of the sessions named herald on `database` of the stack's cluster.
+async fn herald_backends(admin: &Client, database: &str) -> Result<Vec<i32>> {
+    Ok(admin
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'herald' AND datname = $1",
+            &[&database],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
 }
 
 async fn start(env: &TestEnv, seller: &UniqueSeller) -> Result<HeraldProcess> {
@@ -232,6 +256,33 @@ async fn the_pool_leaves_a_fenced_primary_after_one_refused_write() -> Result<()
     })
     .await?;
     script("postgres-ha", &["reset"], &[])?;
+    Ok(())
+}
+
+/// Pooled connections are replaced past `database.max_connection_age_s`: none stays longer
+/// on a node that a DNS name or an endpoint stopped naming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_connection_past_its_maximum_age_is_replaced() -> Result<()> {
+    let database = format!(
+        "herald_maxage_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let direct = |db: &str| format!("postgres://herald@127.0.0.1:15432/{db}");
+    let store = store_on(PG_ADMIN_URL, direct, &database, Duration::from_secs(1)).await?;
+    let admin = pg_connect(PG_ADMIN_URL).await?;
+    store.outbox_due_now(&[1]).await?;
+    let first = herald_backends(&admin, &database).await?;
+    ensure!(!first.is_empty(), "no pooled session seen");
+    wait_for("the pool's connections replaced", WAIT, || async {
+        store.outbox_due_now(&[1]).await?;
+        let now = herald_backends(&admin, &database).await?;
+        Ok((!now.is_empty() && now.iter().all(|p| !first.contains(p))).then_some(()))
+    })
+    .await?;
+    drop(store);
+    admin
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+        .await?;
     Ok(())
 }
 
