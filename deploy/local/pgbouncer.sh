@@ -93,8 +93,9 @@ do_stop() {
     return 0
   fi
   say "stopping (pid $pid)"
-  # SIGINT: close every connection at once (a restart that clients must survive).
-  stop_pid "$pid" 10 INT
+  # SIGTERM: PgBouncer's immediate shutdown, every client and server connection closed at
+  # once (a restart that clients must survive; SIGINT would wait for them to finish).
+  stop_pid "$pid" 10 TERM
   rm -f "$PGB_PID"
   wait_port_free "$PGB_PORT" 15 || die "port $PGB_PORT still in use after stop"
   say "stopped"

@@ -5,7 +5,7 @@
 # SYNCHRONOUS (synchronous_standby_names = 'herald_standby', synchronous_commit = on): a
 # commit is acknowledged only once the standby has flushed its WAL, so a promoted standby
 # has every commit a client saw succeed. PG_HA_SYNC=off makes it asynchronous (what is then
-# at risk: the canary of the failover scenario). Apart from the stack's own cluster
+# at risk: the canary of the failover test), kept by `reset` for later starts. Apart from the stack's own cluster
 # (deploy/local/postgres.sh): the faults below change which node is primary.
 # Database herald, role herald, trust on loopback; data in .local/postgres-ha/{a,b}.
 # usage: deploy/local/postgres-ha.sh install|start|stop|status|restart
@@ -30,7 +30,10 @@ PG_BIN=/usr/lib/postgresql/15/bin
 HA_DIR="$HERALD_LOCAL_DIR/postgres-ha"
 START_TIMEOUT=60
 STANDBY_NAME=herald_standby
-SYNC="${PG_HA_SYNC:-on}"
+SYNC_FILE="$HA_DIR/synchronous"
+# The mode the last `reset` was given, unless PG_HA_SYNC says otherwise now; `reset`
+# itself makes a synchronous pair unless PG_HA_SYNC=off.
+SYNC="${PG_HA_SYNC:-$(cat "$SYNC_FILE" 2>/dev/null || echo on)}"
 
 port_of() {
   case "$1" in
@@ -149,8 +152,11 @@ start_node() {
 }
 
 stop_node() {
-  local node="$1" mode="${2:-fast}" pid
+  local node="$1" mode="${2:-fast}" pid receiver
   pid="$(node_pid "$node")" || return 0
+  # A WAL receiver paused by pause-replay would ignore the shutdown and outlive it.
+  receiver="$(walreceiver_pid "$node")"
+  [ -z "$receiver" ] || kill -CONT "$receiver" 2>/dev/null || true
   as_pg "$PG_BIN/pg_ctl" stop -D "$(data_of "$node")" -m "$mode" -w -t 30 -s >/dev/null 2>&1 || stop_pid "$pid" 10 INT
   stop_pid "$pid" 5 INT
   wait_port_free "$(port_of "$node")" 15 || die "port $(port_of "$node") still in use after stop"
@@ -205,7 +211,21 @@ do_start() {
   fi
   start_node a
   start_node b
+  # A fault left behind by a run that stopped before its own reset (a fenced or promoted
+  # node): what `start` promises is a primary a with its standby b, so make it again.
+  if ! pair_as_made; then
+    say "a fault of an earlier run is still in place (fenced or promoted node): making the pair again"
+    do_reset
+    return 0
+  fi
   say "up in $(( $(now_s) - t0 ))s (a 127.0.0.1:$(port_of a), b 127.0.0.1:$(port_of b), synchronous: $SYNC)"
+}
+
+# a takes writes, b is its standby and streams from it.
+pair_as_made() {
+  [ "$(psql_node a -Atc "SELECT NOT pg_is_in_recovery() AND current_setting('default_transaction_read_only') = 'off'")" = t ] &&
+    [ "$(psql_node b -Atc "SELECT pg_is_in_recovery()")" = t ] &&
+    wait_with_timeout 15 "the standby streaming" standby_streaming
 }
 
 do_reset() {
@@ -216,6 +236,8 @@ do_reset() {
   stop_node b immediate
   stop_node a immediate
   rm -rf "$(data_of a)" "$(data_of b)"
+  SYNC="${PG_HA_SYNC:-on}"
+  echo "$SYNC" >"$SYNC_FILE"
   init_primary
   init_standby
   say "reset in $(( $(now_s) - t0 ))s: a primary on 127.0.0.1:$(port_of a), b its standby on 127.0.0.1:$(port_of b) (synchronous: $SYNC)"

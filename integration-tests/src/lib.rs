@@ -517,6 +517,7 @@ channels = ["email", "sms"]
             session_url: None,
             max_connection_age: Duration::from_secs(1800),
             query_timeout: Duration::from_secs(30),
+            idle_check_after: herald_store::primary::IDLE_CHECK_AFTER,
         })?)
     }
 

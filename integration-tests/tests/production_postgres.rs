@@ -169,6 +169,7 @@ async fn store_on(
     url: impl Fn(&str) -> String,
     database: &str,
     max_age: Duration,
+    idle_check_after: Duration,
 ) -> Result<herald_store::Store> {
     pg_connect(admin)
         .await?
@@ -184,14 +185,23 @@ async fn store_on(
         session_url: None,
         max_connection_age: max_age,
         query_timeout: Duration::from_secs(30),
+        idle_check_after,
     })?;
     store.migrate(1, chrono::Utc::now().date_naive(), None).await?;
     Ok(store)
 }
 
-/// A store on the HA pair's two-host URL.
-async fn ha_store(database: &str) -> Result<herald_store::Store> {
-    store_on(&ha_url("herald"), ha_url, database, Duration::from_secs(1800)).await
+/// A store on the HA pair's two-host URL, whose connections are asked whether their node
+/// takes writes when last taken more than `idle_check_after` ago.
+async fn ha_store(database: &str, idle_check_after: Duration) -> Result<herald_store::Store> {
+    store_on(
+        &ha_url("herald"),
+        ha_url,
+        database,
+        Duration::from_secs(1800),
+        idle_check_after,
+    )
+    .await
 }
 
 /// The backend pids of the sessions named herald on `database` of the stack's cluster.
@@ -226,7 +236,8 @@ async fn start_with(env: &TestEnv, seller: &UniqueSeller, vars: &[(&str, &str)])
 async fn the_pool_leaves_a_fenced_primary_after_one_refused_write() -> Result<()> {
     let _servers = SERVERS.lock().await;
     script("postgres-ha", &["reset"], &[])?;
-    let store = ha_store("herald_pool_switch").await?;
+    // No idle check: the write is what finds the node read-only.
+    let store = ha_store("herald_pool_switch", Duration::from_secs(3600)).await?;
     // A write through a hot (prepared) statement, and one planned per call.
     store.outbox_published(&[1]).await?;
     store.outbox_due_now(&[1]).await?;
@@ -245,6 +256,14 @@ async fn the_pool_leaves_a_fenced_primary_after_one_refused_write() -> Result<()
         "{refused:?} is {:?}",
         refused.class()
     );
+    on_b_alone(&store).await?;
+    script("postgres-ha", &["reset"], &[])?;
+    Ok(())
+}
+
+/// Writes through the store (a hot statement and one planned per call) succeed, on node b,
+/// and no connection of the pool is left on node a.
+async fn on_b_alone(store: &herald_store::Store) -> Result<()> {
     store.outbox_published(&[1]).await?;
     store.outbox_due_now(&[1]).await?;
     ensure!(
@@ -254,9 +273,7 @@ async fn the_pool_leaves_a_fenced_primary_after_one_refused_write() -> Result<()
     wait_for("no session of the pool left on node a", WAIT, || async {
         Ok((herald_sessions_on(HA_PORTS[0]).await? == 0).then_some(()))
     })
-    .await?;
-    script("postgres-ha", &["reset"], &[])?;
-    Ok(())
+    .await
 }
 
 /// Pooled connections are replaced past `database.max_connection_age_s`: none stays longer
@@ -268,7 +285,14 @@ async fn a_pooled_connection_past_its_maximum_age_is_replaced() -> Result<()> {
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
     let direct = |db: &str| format!("postgres://herald@127.0.0.1:15432/{db}");
-    let store = store_on(PG_ADMIN_URL, direct, &database, Duration::from_secs(1)).await?;
+    let store = store_on(
+        PG_ADMIN_URL,
+        direct,
+        &database,
+        Duration::from_secs(1),
+        herald_store::primary::IDLE_CHECK_AFTER,
+    )
+    .await?;
     let admin = pg_connect(PG_ADMIN_URL).await?;
     store.outbox_due_now(&[1]).await?;
     let first = herald_backends(&admin, &database).await?;
@@ -283,6 +307,27 @@ async fn a_pooled_connection_past_its_maximum_age_is_replaced() -> Result<()> {
     admin
         .batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
         .await?;
+    Ok(())
+}
+
+/// The idle check's side of a switchover: a connection that sat in the pool while its node
+/// was fenced and the standby promoted is asked before use, and the write goes to the
+/// promoted node without an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_on_a_fenced_primary_is_replaced_before_use() -> Result<()> {
+    let _servers = SERVERS.lock().await;
+    script("postgres-ha", &["reset"], &[])?;
+    // Every connection is asked when taken (the threshold of none).
+    let store = ha_store("herald_pool_idle", Duration::ZERO).await?;
+    store.outbox_published(&[1]).await?;
+    ensure!(
+        herald_sessions_on(HA_PORTS[0]).await? > 0,
+        "the pool is on node a"
+    );
+    script("postgres-ha", &["fence", "a"], &[])?;
+    script("postgres-ha", &["promote", "b"], &[])?;
+    on_b_alone(&store).await?;
+    script("postgres-ha", &["reset"], &[])?;
     Ok(())
 }
 
@@ -323,9 +368,11 @@ async fn a_switchover_with_connections_left_on_the_fenced_old_primary_costs_a_re
 }
 
 /// A failover: the primary crashes (SIGKILL, no shutdown) under load and the synchronous
-/// standby is promoted. Every order whose offset Herald committed is an intent on the
-/// promoted node, every attempt recorded there matches what the provider received, and
-/// nothing is sent twice.
+/// standby is promoted. Before the crash the standby's WAL receiver is stopped while orders
+/// arrive, so that the primary holds commits the standby has not confirmed (as a lagging
+/// standby would): none of them was acknowledged to Herald. Every order whose offset Herald
+/// committed is an intent on the promoted node, every attempt recorded there matches what
+/// the provider received, and nothing is sent twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_primary_loses_no_acknowledged_work_with_synchronous_replication() -> Result<()> {
     let _servers = SERVERS.lock().await;

@@ -15,6 +15,13 @@
 //!   for its values every time. The types are PostgreSQL's own for that text: learned once
 //!   per text from a statement prepared and closed inside a transaction (which a
 //!   transaction pooler keeps on one server connection), and kept for the process.
+//!   tokio-postgres names one statement of its own: the lookup of a type it does not know
+//!   (an enum, a domain, an extension's type), cached per connection. Herald's schema uses
+//!   built-in types only; a column or parameter of another type would break this mode on
+//!   its first use, and must not be added without a way around that lookup.
+//!
+//! Every pooled statement and commit is bounded by `database.query_timeout_ms`: past it the
+//! server is asked to cancel it and the connection is closed, never pooled again.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -22,8 +29,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::time::Instant;
+
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::Row;
+use tokio_postgres::{CancelToken, Row};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::primary::PrimaryWatch;
 use crate::{Result, StoreError};
@@ -40,30 +50,31 @@ pub enum Pooler {
 }
 
 /// What every connection of one [`crate::Store`] shares.
-#[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) pooler: Pooler,
     pub(crate) primary: Arc<PrimaryWatch>,
     /// How long a pooled statement (or a commit) may go unanswered (`database.query_timeout_ms`).
     query_timeout: Duration,
+    /// For the cancel requests of statements past the query timeout.
+    tls: MakeRustlsConnect,
     /// Parameter types by statement text, for `Pooler::Transaction`.
     described: Mutex<HashMap<String, Arc<[Type]>>>,
 }
 
 impl Shared {
-    pub(crate) fn new(pooler: Pooler, primary: Arc<PrimaryWatch>, query_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        pooler: Pooler,
+        primary: Arc<PrimaryWatch>,
+        query_timeout: Duration,
+        tls: MakeRustlsConnect,
+    ) -> Self {
         Self {
             pooler,
             primary,
             query_timeout,
+            tls,
             described: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The store's error for `e`, noted by the primary watch.
-    pub(crate) fn seen(&self, e: tokio_postgres::Error) -> StoreError {
-        self.primary.saw(&e);
-        StoreError::Db(e)
     }
 }
 
@@ -72,9 +83,13 @@ pub struct Connection {
     /// `None` only while it is dropped.
     client: Option<deadpool_postgres::Object>,
     shared: Arc<Shared>,
-    /// A statement went unanswered past the query timeout: the server may still be working
-    /// on it (or waiting, as a commit waits for a synchronous standby that is gone), and
-    /// anything sent next would queue behind it. Closed when dropped, never pooled again.
+    /// When the pool made it (for the primary watch).
+    created: Instant,
+    /// To ask the server to stop a statement past the query timeout.
+    cancel: CancelToken,
+    /// A statement went unanswered past the query timeout, or the connection may be inside
+    /// a transaction nobody will end: anything sent next would queue behind the statement
+    /// or run inside that transaction. Closed when dropped, never pooled again.
     broken: AtomicBool,
 }
 
@@ -90,23 +105,35 @@ pub(crate) struct Transaction<'a> {
 pub(crate) struct Lease<'c> {
     shared: &'c Shared,
     broken: &'c AtomicBool,
+    created: Instant,
+    cancel: &'c CancelToken,
 }
 
 impl Lease<'_> {
     /// The store's error for `e`, noted by the primary watch.
     fn seen(self, e: tokio_postgres::Error) -> StoreError {
-        self.shared.seen(e)
+        self.shared.primary.saw(&e, self.created);
+        StoreError::Db(e)
     }
 
     /// `work`, or a timeout error once it has gone unanswered for the query timeout; the
-    /// connection is then broken (closed when dropped). The server may have done the work
-    /// (a commit whose answer never came): every caller's retry converges either way, as
-    /// after any lost answer.
+    /// server is then asked to cancel it (a backend waiting for a synchronous standby, or
+    /// for a lock, would otherwise hold its transaction's locks and a connection slot after
+    /// the client left), and the connection is broken (closed when dropped). The server may
+    /// have done the work (a commit whose answer never came; a cancelled wait for a standby
+    /// leaves the commit done locally): every caller's retry converges either way, as after
+    /// any lost answer.
     async fn bounded<T>(self, work: impl Future<Output = Result<T>>) -> Result<T> {
         match tokio::time::timeout(self.shared.query_timeout, work).await {
             Ok(result) => result,
             Err(_) => {
                 self.broken.store(true, Ordering::Relaxed);
+                let (cancel, tls) = (self.cancel.clone(), self.shared.tls.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = cancel.cancel_query(tls).await {
+                        tracing::debug!(error = %e, "cancel request for a statement past the query timeout");
+                    }
+                });
                 Err(StoreError::QueryTimeout(self.shared.query_timeout))
             }
         }
@@ -116,6 +143,8 @@ impl Lease<'_> {
 impl Connection {
     pub(crate) fn new(client: deadpool_postgres::Object, shared: Arc<Shared>) -> Self {
         Self {
+            created: deadpool_postgres::Object::metrics(&client).created,
+            cancel: client.cancel_token(),
             client: Some(client),
             shared,
             broken: AtomicBool::new(false),
@@ -126,6 +155,8 @@ impl Connection {
         Lease {
             shared: &self.shared,
             broken: &self.broken,
+            created: self.created,
+            cancel: &self.cancel,
         }
     }
 
@@ -133,6 +164,8 @@ impl Connection {
         let lease = Lease {
             shared: &self.shared,
             broken: &self.broken,
+            created: self.created,
+            cancel: &self.cancel,
         };
         let client = self.client.as_mut().expect("a connection is whole until dropped");
         let tx = lease
@@ -382,13 +415,18 @@ async fn described(on: &On<'_>, shared: &Shared, sql: &str) -> Result<Arc<[Type]
         return Ok(types.clone());
     }
     let types: Arc<[Type]> = match on {
-        On::Pooled(c, _) => {
+        On::Pooled(c, lease) => {
+            // Broken until the ROLLBACK is answered: if this future is dropped (a task
+            // aborted) in between, the connection is closed instead of going back to the
+            // pool inside the transaction, where the next borrower's writes would be lost.
+            lease.broken.store(true, Ordering::Relaxed);
             c.batch_execute("BEGIN").await.map_err(|e| on.seen(e))?;
             let prepared = c.prepare(sql).await.map(|s| -> Arc<[Type]> { s.params().into() });
             // The statement is closed (dropped above) before the ROLLBACK is sent. If the
             // process dies before the ROLLBACK, the server ends the transaction with the
             // connection; a pooler does the same for its server connection's client.
             c.batch_execute("ROLLBACK").await.map_err(|e| on.seen(e))?;
+            lease.broken.store(false, Ordering::Relaxed);
             prepared.map_err(|e| on.seen(e))?
         }
         // Inside a transaction already (or a session): the statement's Close is sent when it

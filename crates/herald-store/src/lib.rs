@@ -142,6 +142,10 @@ pub struct StoreConfig {
     /// How long a pooled statement or commit may go unanswered before its connection is
     /// closed and the caller gets a transient error (see [`connection`]).
     pub query_timeout: Duration,
+    /// A pooled connection last taken longer ago than this is asked whether its node
+    /// still takes writes before it is used (see [`primary`]); Herald uses
+    /// [`primary::IDLE_CHECK_AFTER`].
+    pub idle_check_after: Duration,
 }
 
 /// An intent's stored channel (`notification_intents.channel`, CHECKed in the schema).
@@ -182,7 +186,11 @@ impl Store {
             (None, Pooler::Transaction) => None,
         };
         let tls = tls::connector(config.tls_ca_file.as_deref())?;
-        let primary = Arc::new(PrimaryWatch::new(config.max_connection_age));
+        let primary = Arc::new(PrimaryWatch::new(
+            config.max_connection_age,
+            config.idle_check_after,
+            config.connect_timeout,
+        ));
         let manager = Manager::from_config(
             pooled.clone(),
             tls.clone(),
@@ -202,12 +210,13 @@ impl Store {
             pool,
             pg_config: pooled,
             session_config,
-            tls,
             shared: Arc::new(connection::Shared::new(
                 config.pooler,
                 primary,
                 config.query_timeout,
+                tls.clone(),
             )),
+            tls,
         })
     }
 

@@ -6,12 +6,12 @@
 //! turn and skips one whose sessions are read-only). Existing ones are dropped here:
 //!
 //! - an answer that says "this node takes no writes" (SQLSTATE 25006,
-//!   `read_only_sql_transaction`) on any connection marks every connection made before it
-//!   as stale: they were made when that node looked like the primary, and each is dropped
-//!   when next taken from the pool (or given back), not used again;
-//! - a connection idle for longer than [`IDLE_CHECK_AFTER`] is asked, when taken, whether
-//!   its session is read-only (one round trip; a busy connection is not asked, its next
-//!   write answers instead);
+//!   `read_only_sql_transaction`) on a connection made after the last such answer marks
+//!   every connection made before it as stale: they were made when that node looked like
+//!   the primary, and each is dropped when next taken from the pool, not used again;
+//! - a connection last taken more than `idle_check_after` ago (2 s in Herald) is asked,
+//!   when taken, whether its session is read-only (one round trip, bounded by the connect
+//!   timeout; a connection in steady use is not asked, its next write answers instead);
 //! - every connection is dropped past `database.max_connection_age`, so that none outlives
 //!   an endpoint change by more than that.
 //!
@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::ClientWrapper;
 
-/// A connection idle longer than this is asked whether it is still on a writable node
-/// before it is used. Below it, connections are in steady use and their next write tells.
+/// A connection last taken longer ago than this is asked whether it is still on a writable
+/// node before it is used again. Below it, connections are in steady use and their next
+/// write tells.
 pub const IDLE_CHECK_AFTER: Duration = Duration::from_secs(2);
 
 /// The SQLSTATE of a write refused because the session is read-only: a standby, or a
@@ -35,22 +36,31 @@ pub const READ_ONLY_SQLSTATE: &str = "25006";
 #[derive(Debug)]
 pub struct PrimaryWatch {
     max_age: Duration,
+    idle_check_after: Duration,
+    /// How long the idle check may wait for its answer: a node gone without a reset (a
+    /// lost host, a partition) would otherwise hold `Store::conn` for the kernel's TCP
+    /// retransmission time.
+    check_timeout: Duration,
     /// When a connection last answered that its node takes no writes.
     lost_at: Mutex<Option<Instant>>,
 }
 
 impl PrimaryWatch {
-    pub fn new(max_age: Duration) -> Self {
+    pub fn new(max_age: Duration, idle_check_after: Duration, check_timeout: Duration) -> Self {
         Self {
             max_age,
+            idle_check_after,
+            check_timeout,
             lost_at: Mutex::new(None),
         }
     }
 
-    /// Notes an error from any connection: if it says the node is no longer the primary,
-    /// every connection made up to now is stale.
-    pub fn saw(&self, e: &tokio_postgres::Error) {
-        if e.code().map(|c| c.code()) == Some(READ_ONLY_SQLSTATE) {
+    /// Notes an error from a connection made at `created`: if it says the node is no longer
+    /// the primary, every connection made up to now is stale. A connection already stale
+    /// (in use when the mark was set) moves nothing: the connections made since are to the
+    /// node that is primary now.
+    pub fn saw(&self, e: &tokio_postgres::Error, created: Instant) {
+        if e.code().map(|c| c.code()) == Some(READ_ONLY_SQLSTATE) && !self.is_stale(created) {
             self.lost(e);
         }
     }
@@ -92,13 +102,20 @@ impl PrimaryWatch {
                 self.max_age
             ));
         }
-        if metrics.last_used() < IDLE_CHECK_AFTER {
+        if metrics.last_used() < self.idle_check_after {
             return Ok(());
         }
         // One round trip, on a connection that sat idle: a fenced primary's reload or a
         // promotion elsewhere shows here before a write fails on it. Through a pooler it
         // asks the server the pooler uses now, which is the one the next statement meets.
-        match client.simple_query("SHOW transaction_read_only").await {
+        let asked = tokio::time::timeout(
+            self.check_timeout,
+            client.simple_query("SHOW transaction_read_only"),
+        );
+        match asked
+            .await
+            .map_err(|_| format!("the idle check had no answer within {:?}", self.check_timeout))?
+        {
             Ok(messages) => {
                 let read_only = messages.iter().any(
                     |m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("on")),
@@ -133,7 +150,7 @@ mod tests {
 
     #[test]
     fn a_mark_makes_every_earlier_connection_stale_and_no_later_one() {
-        let watch = PrimaryWatch::new(Duration::from_secs(60));
+        let watch = PrimaryWatch::new(Duration::from_secs(60), IDLE_CHECK_AFTER, Duration::from_secs(5));
         let before = Instant::now();
         assert!(!watch.is_stale(before), "no mark yet");
         watch.lost(&"test");

@@ -76,6 +76,12 @@ impl DatabaseConfig {
             10,
             86_400,
         )?;
+        range(
+            "database.query_timeout_ms",
+            self.query_timeout_ms,
+            1000,
+            3_600_000,
+        )?;
         if let Some(url) = &self.session_url {
             url.parse::<PgConfig>()
                 .map_err(|e| anyhow::anyhow!("database.session_url is not a valid PostgreSQL URL: {e}"))?;
@@ -116,6 +122,7 @@ impl DatabaseConfig {
             session_url: self.session_url.clone(),
             max_connection_age: Duration::from_secs(self.max_connection_age_s),
             query_timeout: Duration::from_millis(self.query_timeout_ms),
+            idle_check_after: herald_store::primary::IDLE_CHECK_AFTER,
         }
     }
 
@@ -143,6 +150,7 @@ impl DatabaseConfig {
             },
             max_connection_age: Duration::from_secs(self.max_connection_age_s),
             query_timeout: Duration::from_millis(self.query_timeout_ms),
+            idle_check_after: herald_store::primary::IDLE_CHECK_AFTER,
         }
     }
 }
