@@ -17,8 +17,16 @@ log="$HERALD_LOCAL_DIR/demo/herald.log"
 
 # The SES event queue the reconcile role reads, and a toxiproxy proxy in front of moto for
 # the senders (the demo holds SES's answers once, to make one e-mail `unknown`).
-queue_url="$("$demo_bin" setup)"
+# moto's SNS delivers both forms (the demo publishes one event of each) and signs nothing
+# verifiable: the envelope topic is named, its signatures go unchecked (README, "Provider
+# evidence: who may write to the queue").
+setup_out="$("$demo_bin" setup)"
+queue_url="${setup_out%%$'\n'*}"
+topic_arn="${setup_out#*$'\n'}"
 export HERALD_RECONCILE__QUEUE_URL="$queue_url"
+export HERALD_RECONCILE__SNS_TOPIC_ARNS="[\"$topic_arn\"]"
+export HERALD_RECONCILE__SNS_SIGNATURES=unchecked
+export HERALD_RECONCILE__RAW_DELIVERY=true
 say "starting herald run --roles ingest,relay,deliver, sending through toxiproxy (log: $log)"
 HERALD_AWS__ENDPOINT_URL=http://127.0.0.1:14567 \
   "$bin" --config "$config" run --roles ingest,relay,deliver </dev/null >"$log" 2>&1 &

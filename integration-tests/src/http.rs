@@ -18,6 +18,19 @@ pub async fn request(addr: &str, method: &str, path: &str, body: Option<&Value>)
     Ok((status, json))
 }
 
+/// Like [`request`] to a Herald admin endpoint, with the tests' admin token.
+pub async fn admin_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<(u16, Value)> {
+    let auth = format!("Bearer {}", crate::ADMIN_TOKEN);
+    let (status, text) = request_text(addr, method, path, &[("Authorization", &auth)], body).await?;
+    let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Ok((status, json))
+}
+
 /// The Prometheus text of a Herald process's `/metrics`.
 pub async fn scrape(addr: &str) -> Result<String> {
     let (status, text) = request_text(addr, "GET", "/metrics", &[], None).await?;

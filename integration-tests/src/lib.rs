@@ -16,9 +16,14 @@ pub mod samples;
 pub mod secure_kafka;
 pub mod segments;
 pub mod ses_events;
+pub mod sns_signer;
 pub mod standin;
 pub mod toxiproxy;
 pub mod trace_ui;
+
+/// The admin token of every test's configuration (a test may set its own with
+/// `HERALD_ADMIN__TOKEN`).
+pub const ADMIN_TOKEN: &str = "it-admin-token-0123456789abcdef0123456789";
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -141,6 +146,8 @@ pub struct EnvOptions {
     pub route_mode: &'static str,
     /// Which PostgreSQL Herald reaches, and how.
     pub database: Database,
+    /// More `[database]` keys (`key = value` lines), for the whole test's processes.
+    pub database_extra: &'static str,
 }
 
 /// Where a test's database lives and how Herald reaches it.
@@ -209,6 +216,7 @@ impl Default for EnvOptions {
             topic_configs: Vec::new(),
             route_mode: "deliver",
             database: Database::Direct,
+            database_extra: "",
         }
     }
 }
@@ -253,7 +261,8 @@ impl TestEnv {
             .batch_execute(&format!("CREATE DATABASE {database}"))
             .await
             .with_context(|| format!("creating database {database}"))?;
-        let (herald_url, database_settings) = options.database.herald_settings(&database);
+        let (herald_url, mut database_settings) = options.database.herald_settings(&database);
+        database_settings.push_str(options.database_extra);
         let db_url = match options.database {
             Database::HighlyAvailable => ha_url(&database),
             _ => format!("postgres://herald@127.0.0.1:15432/{database}"),
@@ -267,9 +276,11 @@ impl TestEnv {
 format = "json"
 level = "info"
 
-# An ephemeral port per process; HeraldProcess::admin_url reads it from the log.
+# An ephemeral port per process; HeraldProcess::admin_url reads it from the log. The
+# token every /v1 request needs (http::admin_request sends it).
 [admin]
 listen = "127.0.0.1:0"
+token = "{ADMIN_TOKEN}"
 
 [database]
 url = "{herald_url}"

@@ -165,12 +165,21 @@ impl EventQueue {
         }
     }
 
-    /// The `[reconcile]` section of a test's configuration for this queue.
+    /// The `[reconcile]` section of a test's configuration for this queue, fed by moto's
+    /// SNS: its envelopes from the envelope topic (moto signs nothing verifiable, so their
+    /// signatures go unchecked; tests/evidence_trust.rs checks real ones) and bare records
+    /// from the raw topic.
     pub fn config(&self, silence_secs: u64) -> String {
         format!(
-            "[reconcile]\nqueue_url = \"{}\"\nsilence_secs = {silence_secs}\nwait_secs = 1\nvisibility_timeout_secs = 10\n",
-            self.queue_url
+            "[reconcile]\nqueue_url = \"{}\"\nsilence_secs = {silence_secs}\nwait_secs = 1\nvisibility_timeout_secs = 10\n\
+             sns_topic_arns = [\"{}\"]\nsns_signatures = \"unchecked\"\nraw_delivery = true\n",
+            self.queue_url, self.envelope_topic
         )
+    }
+
+    /// The topic whose envelopes reach the queue (not raw).
+    pub fn envelope_topic(&self) -> &str {
+        &self.envelope_topic
     }
 }
 

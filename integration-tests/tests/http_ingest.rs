@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use integration_tests::http::{exchange, metric, request, scrape, Answer};
+use integration_tests::http::{admin_request, exchange, metric, scrape, Answer};
 use integration_tests::moto::emails_to;
 use integration_tests::samples::UniqueSeller;
 use integration_tests::{publish_sellers, wait_for, HeraldProcess, TestEnv};
@@ -118,7 +118,7 @@ async fn the_same_event_twice_under_one_key_is_one_intent_and_one_email_and_a_ch
     assert_ne!(refusal["request_fingerprint"], refusal["stored_fingerprint"]);
     assert!(refusal["request_fingerprint"].is_string());
     // ... kept as evidence: the offending document, under the key.
-    let (status, kept) = request(
+    let (status, kept) = admin_request(
         &herald.admin_addr(WAIT).await?,
         "GET",
         &format!("/v1/http-requests/{key}"),
@@ -156,7 +156,7 @@ async fn the_same_event_twice_under_one_key_is_one_intent_and_one_email_and_a_ch
     let admin = herald.admin_addr(WAIT).await?;
     let inspect = first.json()["intents"][0]["inspect"].as_str().unwrap().to_owned();
     let view = wait_for("the intent accepted", WAIT, || async {
-        let (status, v) = request(&admin, "GET", &inspect, None).await?;
+        let (status, v) = admin_request(&admin, "GET", &inspect, None).await?;
         Ok((status == 200 && v["state"] == "accepted").then_some(v))
     })
     .await?;
@@ -237,12 +237,13 @@ async fn refusals_store_nothing_and_name_their_reason() -> Result<()> {
     .await?;
     assert_eq!(no_token.status, 401, "{no_token:?}");
     assert_eq!(no_token.header("www-authenticate"), Some("Bearer"));
+    let admin_auth = format!("Bearer {}", integration_tests::ADMIN_TOKEN);
     let admin_token = exchange(
         &addr,
         "POST",
         "/v1/order-events",
         &[
-            ("Authorization", "Bearer local-admin-token"),
+            ("Authorization", admin_auth.as_str()),
             ("Idempotency-Key", "k1"),
             ("Content-Type", "application/json"),
         ],

@@ -14,7 +14,7 @@ use integration_tests::samples::UniqueSeller;
 use integration_tests::{seed_orders, TestEnv};
 
 const WAIT: Duration = Duration::from_secs(60);
-const ADMIN_TOKEN: &str = "it-admin-token";
+const ADMIN_TOKEN: &str = "it-admin-token-openapi-0123456789abcdef";
 const INGEST_TOKEN: &str = "it-ingest-token";
 /// The checks named by the issue: no server error, nothing the schema does not describe.
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use integration_tests::http::request;
+use integration_tests::http::{admin_request, request};
 use integration_tests::kafka::{produce, producer};
 use integration_tests::{wait_for, TestEnv};
 
@@ -63,13 +63,13 @@ async fn probes_answer_from_the_background_and_lists_are_bounded() -> Result<()>
         .await?;
     }
     wait_for("three dead letters listed", WAIT, || async {
-        let (_, list) = request(&admin, "GET", "/v1/dead-letters", None).await?;
+        let (_, list) = admin_request(&admin, "GET", "/v1/dead-letters", None).await?;
         Ok((list["records"].as_array().map(Vec::len) == Some(3)).then_some(()))
     })
     .await?;
-    let (status, all) = request(&admin, "GET", "/v1/dead-letters?limit=5000", None).await?;
+    let (status, all) = admin_request(&admin, "GET", "/v1/dead-letters?limit=5000", None).await?;
     assert_eq!((status, all["truncated"].as_bool()), (200, Some(false)), "{all}");
-    let (status, two) = request(&admin, "GET", "/v1/dead-letters?limit=2", None).await?;
+    let (status, two) = admin_request(&admin, "GET", "/v1/dead-letters?limit=2", None).await?;
     assert_eq!(status, 200);
     assert_eq!(two["records"].as_array().map(Vec::len), Some(2), "{two}");
     assert_eq!(two["truncated"], true);

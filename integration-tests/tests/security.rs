@@ -162,7 +162,9 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
         &format!("postgres://herald:{SENTINEL}-db@"),
         1,
     );
-    let token = format!("{SENTINEL}-admin");
+    // Tokens of at least 32 bytes, as Herald requires.
+    let token = format!("{SENTINEL}-admin-0123456789ab");
+    let read_token = format!("{SENTINEL}-read-0123456789abcd");
     let ingest_token = format!("{SENTINEL}-ingest");
     let aws_secret = format!("{SENTINEL}-aws");
     // Kafka through the SASL_SSL listener, as a user of the test's own whose password is
@@ -178,6 +180,7 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
         ("HERALD_DATABASE__URL", db_url.as_str()),
         ("HERALD_DATABASE__OWNER_URL", db_url.as_str()),
         ("HERALD_ADMIN__TOKEN", token.as_str()),
+        ("HERALD_ADMIN__READ_TOKEN", read_token.as_str()),
         ("HERALD_HTTP_INGEST__LISTEN", "127.0.0.1:0"),
         ("HERALD_HTTP_INGEST__TOKEN", ingest_token.as_str()),
         ("HERALD_HTTP_INGEST__MAX_IN_FLIGHT", "2"),
@@ -205,13 +208,17 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
     .await?;
     let admin = herald.admin_addr(WAIT).await?;
     let wrong = format!("Bearer {SENTINEL}-wrong");
+    let read_auth = format!("Bearer {read_token}");
     let mut served = String::new();
     for (method, path, auth) in [
         ("GET", "/metrics", None),
         ("GET", "/readyz", None),
         ("GET", "/openapi.json", None),
         ("GET", "/v1/dead-letters", None),
+        ("GET", "/v1/dead-letters", Some(wrong.as_str())),
+        ("GET", "/v1/dead-letters", Some(read_auth.as_str())),
         ("POST", "/v1/dead-letters/replay", Some(wrong.as_str())),
+        ("POST", "/v1/dead-letters/replay", Some(read_auth.as_str())),
     ] {
         let headers: Vec<(&str, &str)> = auth.iter().map(|a| ("Authorization", *a)).collect();
         let body = (method == "POST").then(|| serde_json::json!({"all": true, "dry_run": true}));
@@ -241,7 +248,14 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
         "the order with the right token was accepted: {served}"
     );
     wait_for("the poison message dead-lettered", WAIT, || async {
-        let (_, text) = request_text(&admin, "GET", "/v1/dead-letters", &[], None).await?;
+        let (_, text) = request_text(
+            &admin,
+            "GET",
+            "/v1/dead-letters",
+            &[("Authorization", &read_auth)],
+            None,
+        )
+        .await?;
         Ok(text.contains("not_json").then_some(()))
     })
     .await?;

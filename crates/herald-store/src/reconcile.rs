@@ -78,6 +78,9 @@ pub enum Applied {
         settled: Option<(Uuid, Verdict)>,
         /// Destinations newly added to the suppression list.
         suppressed: u64,
+        /// Addresses the event named for suppression that were not suppressed: it matched
+        /// no attempt of this ledger, or they are not the matched intent's destination.
+        refused: u64,
     },
 }
 
@@ -365,15 +368,34 @@ async fn apply(tx: &impl Sql, e: &ProviderEvent) -> Result<Applied> {
             settled = Some((intent, verdict));
         }
     }
-    let mut suppressed = 0;
+    // Only the destination of the attempt the event is about: evidence about no attempt of
+    // this ledger, or naming other addresses, never suppresses anyone (whoever can write to
+    // the event queue could otherwise silence any address).
+    let (mut suppressed, mut refused) = (0, 0);
     if let Some((reason, addresses)) = &e.suppress {
         for address in addresses {
-            suppressed += tx
-                .execute(
-                    Hot(SUPPRESS),
-                    &[&e.channel.as_str(), &clean(address), &reason.as_str(), &id],
-                )
-                .await?;
+            let added = match intent_id {
+                Some(intent) => {
+                    tx.query_opt(
+                        Hot(SUPPRESS),
+                        &[
+                            &e.channel.as_str(),
+                            &clean(address),
+                            &reason.as_str(),
+                            &id,
+                            &intent,
+                        ],
+                    )
+                    .await?
+                }
+                None => None,
+            };
+            match added {
+                Some(row) if row.get::<_, bool>(0) => suppressed += 1,
+                // The destination, already on the list.
+                Some(_) => {}
+                None => refused += 1,
+            }
         }
     }
     if suppressed > 0 {
@@ -390,6 +412,7 @@ async fn apply(tx: &impl Sql, e: &ProviderEvent) -> Result<Applied> {
         matched: matched.map(|m| m.2),
         settled,
         suppressed,
+        refused,
     })
 }
 
@@ -538,10 +561,22 @@ pub(crate) const SILENCE_DECIDED: &str = concat!(
        FROM moved m JOIN intent_contents c ON c.id = m.id WHERE $2::float8 IS NOT NULL"
 );
 
-/// suppressions_live: a destination already suppressed keeps its first entry.
-const SUPPRESS: &str = "INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id)
-     VALUES ($1, herald_destination_digest($1, $2), $3, $4)
-     ON CONFLICT (channel, destination_digest) WHERE lifted_at IS NULL DO NOTHING";
+/// Suppresses `$2` if it is the destination of intent `$5` (intent_contents_pkey, then
+/// notification_payloads_pkey): a row
+/// saying whether it was added (false: already on the list; suppressions_live keeps the
+/// first entry), no row if `$2` is not the intent's destination (or its payload was
+/// purged).
+const SUPPRESS: &str = "WITH target AS (
+        SELECT herald_destination_digest($1, $2) AS digest
+          FROM intent_contents c JOIN notification_payloads p ON p.digest = c.payload_digest
+         WHERE c.id = $5 AND herald_destination_digest($1, p.destination) = herald_destination_digest($1, $2)
+     ), added AS (
+        INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id)
+        SELECT $1, digest, $3, $4 FROM target
+        ON CONFLICT (channel, destination_digest) WHERE lifted_at IS NULL DO NOTHING
+        RETURNING 1
+     )
+     SELECT EXISTS (SELECT 1 FROM added) FROM target";
 
 /// Text from outside (queue bodies, provider fields): PostgreSQL refuses U+0000 in text.
 fn clean(s: &str) -> String {

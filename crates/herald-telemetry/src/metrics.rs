@@ -27,6 +27,8 @@ const LATENCY_BOUNDS: [f64; 14] = [
 ];
 const BATCH_BOUNDS: [f64; 10] = [1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 5000.0];
 
+/// Why an HTTP listener closed a connection (`herald_http_connections_closed_total{listener,reason}`).
+pub const HTTP_CLOSE_REASONS: [&str; 3] = ["limit", "header_timeout", "idle"];
 /// How HTTP ingest answered (`herald_http_ingest_requests_total{outcome}`).
 pub const HTTP_INGEST_OUTCOMES: [&str; 16] = [
     "created",
@@ -76,6 +78,9 @@ pub struct Metrics {
     messages_isolated: Counter<u64>,
     holds: Counter<u64>,
     http_ingest_requests: Counter<u64>,
+    http_connections: opentelemetry::metrics::UpDownCounter<i64>,
+    http_connections_closed: Counter<u64>,
+    admin_requests_refused: Counter<u64>,
     attempt_duration: Histogram<f64>,
     ingest_batch_size: Histogram<u64>,
     ingest_commit_duration: Histogram<f64>,
@@ -87,11 +92,12 @@ pub struct Metrics {
     provider_events: Counter<u64>,
     unknown_settled: Counter<u64>,
     suppressions_added: Counter<u64>,
+    suppressions_refused: Counter<u64>,
     gauges: Arc<Gauges>,
 }
 
 /// What the `reconcile` role did with each queue message (`herald_provider_messages_total{result}`).
-pub const PROVIDER_MESSAGE_RESULTS: [&str; 3] = ["event", "ignored", "rejected"];
+pub const PROVIDER_MESSAGE_RESULTS: [&str; 4] = ["event", "ignored", "rejected", "unauthenticated"];
 /// What storing a provider event found (`herald_provider_events_total{type,outcome}`).
 pub const PROVIDER_EVENT_OUTCOMES: [&str; 3] = ["matched", "unmatched", "duplicate"];
 /// Who settled an `unknown` intent (`herald_unknown_settled_total{channel,by,as}`), and as what.
@@ -153,6 +159,24 @@ impl Metrics {
                 .with_description(
                     "Requests to POST /v1/order-events, by how they were answered (created, replayed, \
                      business_key_conflict, idempotency_key_reused, in_progress, the refusals)",
+                )
+                .build(),
+            http_connections: meter
+                .i64_up_down_counter("herald_http_connections")
+                .with_description("Connections open now on each HTTP listener (http_ingest, admin, probe)")
+                .build(),
+            http_connections_closed: meter
+                .u64_counter("herald_http_connections_closed")
+                .with_description(
+                    "Connections an HTTP listener closed, by listener and reason: limit (at [listeners] \
+                     max_connections, closed as accepted), header_timeout (headers not finished within \
+                     header_read_timeout_ms), idle (no byte and no request for idle_timeout_secs)",
+                )
+                .build(),
+            admin_requests_refused: meter
+                .u64_counter("herald_admin_requests_refused")
+                .with_description(
+                    "Admin /v1 requests answered 503 because admin.max_concurrent_requests were being answered for 5 s",
                 )
                 .build(),
             intents_observed: meter
@@ -285,7 +309,9 @@ impl Metrics {
                 .with_description(
                     "Messages the reconcile role read from the provider's event queue (and SMS status records it could \
                      not take), by result: event (stored), ignored (subscription confirmations, test notifications), \
-                     rejected (malformed: kept with the reason, deleted; one read again is counted again)",
+                     rejected (malformed: kept with the reason, deleted; one read again is counted again), \
+                     unauthenticated (not a signed SNS envelope of a configured topic, or a bare record without \
+                     reconcile.raw_delivery: kept with the reason, never read as evidence)",
                 )
                 .build(),
             provider_events: meter
@@ -310,6 +336,14 @@ impl Metrics {
                      bounce; complained)",
                 )
                 .build(),
+            suppressions_refused: meter
+                .u64_counter("herald_suppressions_refused")
+                .with_description(
+                    "Addresses a bounce or complaint named that were not suppressed, by reason: the event matched no \
+                     attempt of this ledger, or the address was not the matched intent's destination (forged or \
+                     misrouted evidence never suppresses)",
+                )
+                .build(),
             gauges,
         }
     }
@@ -321,6 +355,8 @@ impl Metrics {
         }
         for reason in SUPPRESSION_REASONS {
             self.suppressions_added.add(0, &[KeyValue::new("reason", reason)]);
+            self.suppressions_refused
+                .add(0, &[KeyValue::new("reason", reason)]);
         }
         for t in event_types {
             for outcome in PROVIDER_EVENT_OUTCOMES {
@@ -353,6 +389,14 @@ impl Metrics {
     pub fn suppressions_added(&self, reason: &'static str, n: u64) {
         debug_assert!(SUPPRESSION_REASONS.contains(&reason), "{reason}");
         self.suppressions_added.add(n, &[KeyValue::new("reason", reason)]);
+    }
+
+    /// `n` addresses a `reason` event named and that were not suppressed (no attempt of
+    /// this ledger, or not its destination).
+    pub fn suppressions_refused(&self, reason: &'static str, n: u64) {
+        debug_assert!(SUPPRESSION_REASONS.contains(&reason), "{reason}");
+        self.suppressions_refused
+            .add(n, &[KeyValue::new("reason", reason)]);
     }
 
     /// An `unknown` intent settled `by` one of [`UNKNOWN_SETTLED_BY`], `as` one of
@@ -573,6 +617,48 @@ impl Metrics {
             self.http_ingest_requests
                 .add(0, &[KeyValue::new("outcome", outcome)]);
         }
+    }
+
+    /// Every close reason of `listener` at 0, and its open connections.
+    pub fn init_http_listener(&self, listener: &'static str) {
+        self.admin_requests_refused.add(0, &[]);
+        self.http_connections
+            .add(0, &[KeyValue::new("listener", listener)]);
+        for reason in HTTP_CLOSE_REASONS {
+            self.http_connections_closed.add(
+                0,
+                &[
+                    KeyValue::new("listener", listener),
+                    KeyValue::new("reason", reason),
+                ],
+            );
+        }
+    }
+
+    pub fn admin_request_refused(&self) {
+        self.admin_requests_refused.add(1, &[]);
+    }
+
+    pub fn http_connection_opened(&self, listener: &'static str) {
+        self.http_connections
+            .add(1, &[KeyValue::new("listener", listener)]);
+    }
+
+    pub fn http_connection_ended(&self, listener: &'static str) {
+        self.http_connections
+            .add(-1, &[KeyValue::new("listener", listener)]);
+    }
+
+    /// A connection `listener` closed for `reason`, one of [`HTTP_CLOSE_REASONS`].
+    pub fn http_connection_closed(&self, listener: &'static str, reason: &'static str) {
+        debug_assert!(HTTP_CLOSE_REASONS.contains(&reason), "{reason}");
+        self.http_connections_closed.add(
+            1,
+            &[
+                KeyValue::new("listener", listener),
+                KeyValue::new("reason", reason),
+            ],
+        );
     }
 
     /// An HTTP ingest request answered with `outcome`, one of [`HTTP_INGEST_OUTCOMES`].

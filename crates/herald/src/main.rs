@@ -24,6 +24,7 @@ mod commands;
 mod config;
 mod gauges;
 mod health;
+mod listener;
 mod obs;
 mod progress;
 mod retention;

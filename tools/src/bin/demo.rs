@@ -33,6 +33,8 @@ const GROUP: &str = "herald-ingest";
 /// Herald's admin endpoint in config/local.toml, and Jaeger's query API (the trace UI is
 /// Zipkin's, fed by Jaeger: `integration_tests::trace_ui`).
 const ADMIN: &str = "127.0.0.1:19464";
+/// config/local.toml's admin.token: every /v1 request needs one.
+const ADMIN_TOKEN: &str = "local-admin-token-0123456789abcdef0123";
 const JAEGER: &str = "127.0.0.1:16686";
 /// HTTP ingest in config/local.toml.
 const HTTP_INGEST: &str = "127.0.0.1:19480";
@@ -59,8 +61,9 @@ async fn main() -> Result<()> {
             matches!(status, 200 | 201 | 409),
             "creating the toxiproxy proxy {AWS_PROXY}: {status} {body}"
         );
+        // For demo.sh: the queue, then the topic whose envelopes reach it.
         let queue = EventQueue::named(EVENT_QUEUE).await?;
-        println!("{}", queue.queue_url);
+        println!("{}\n{}", queue.queue_url, queue.envelope_topic());
         return Ok(());
     }
     let db =
@@ -388,13 +391,15 @@ async fn main() -> Result<()> {
     );
     let trace = &traces[&("acme", "8042")];
     // The same order through Herald's admin API and in Jaeger, while herald still runs.
-    let (status, body) = http::request(
+    let (status, text) = http::request_text(
         ADMIN,
         "GET",
         "/v1/intents?marketplace_id=acme&order_id=8042",
+        &[("Authorization", &format!("Bearer {ADMIN_TOKEN}"))],
         None,
     )
     .await?;
+    let body: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     let states: Vec<String> = body["intents"]
         .as_array()
         .map(|a| {
@@ -467,7 +472,9 @@ async fn main() -> Result<()> {
         trace_url(trace)
     );
     println!("  Jaeger API    http://127.0.0.1:16686/api/traces/{trace}  (the same spans as JSON)");
-    println!("  admin API     http://127.0.0.1:19464/v1/intents?marketplace_id=acme&order_id=8042  (while herald runs: make run)");
+    println!(
+        "  admin API     curl -H 'Authorization: Bearer {ADMIN_TOKEN}' \\\n                  'http://127.0.0.1:19464/v1/intents?marketplace_id=acme&order_id=8042'  (while herald runs: make run)"
+    );
     println!("  metrics       http://127.0.0.1:19464/metrics");
     println!("  ledger        target/debug/herald --config config/local.toml intent list acme 8042");
     println!("  one intent    target/debug/herald --config config/local.toml intent show acme 8042 order.created email");

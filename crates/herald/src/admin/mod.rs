@@ -1,6 +1,12 @@
 //! The admin HTTP endpoint (loopback by default): `/healthz`, `/readyz`, `/metrics`, the
-//! inspection API under `/v1` and its OpenAPI document at `/openapi.json`. Mutating
-//! endpoints need the configured bearer token and answer 401 (changing nothing) without it.
+//! inspection API under `/v1` and its OpenAPI document at `/openapi.json`.
+//!
+//! Everything under `/v1` needs a bearer token and answers 401 without one: reads take
+//! `admin.read_token` or `admin.token`, mutations only `admin.token` (a read-only
+//! operator cannot resolve, lift or replay). Probes, metrics and the OpenAPI document need
+//! none. At most `admin.max_concurrent_requests` `/v1` requests are answered at once (each
+//! may hold a database connection the roles share): the rest wait a little, then get 503,
+//! so that a flood of reads can never starve claims and records.
 
 mod auth;
 mod extract;
@@ -37,7 +43,12 @@ pub struct AdminState {
     pub store: Store,
     pub scrape: ScrapeHandle,
     pub health: Arc<Health>,
+    /// The operator's token: reads and mutations.
     pub token: Option<String>,
+    /// A read-only operator's token.
+    pub read_token: Option<String>,
+    /// `/v1` requests answered at once (`admin.max_concurrent_requests`).
+    pub requests: tokio::sync::Semaphore,
     pub kafka: KafkaSettings,
     pub dead_letter_topic: String,
     /// Where a replay may write: `Config::ingest_topics`.
@@ -59,11 +70,7 @@ pub fn probe_router(state: Arc<AdminState>) -> Router {
 }
 
 pub fn router(state: Arc<AdminState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi))
+    let ledger = Router::new()
         .route("/v1/intents", get(list_intents))
         .route("/v1/intents/{intent_id}", get(get_intent))
         .route("/v1/intents/by-key/{business_key}", get(get_intent_by_key))
@@ -73,7 +80,43 @@ pub fn router(state: Arc<AdminState>) -> Router {
         .route("/v1/suppressions/lift", post(lift_suppression))
         .route("/v1/dead-letters", get(list_dead_letters))
         .route("/v1/dead-letters/replay", post(replay_dead_letters))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), gate))
+        .with_state(state.clone());
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .merge(ledger)
         .with_state(state)
+}
+
+/// How long a `/v1` request waits for one of the `admin.max_concurrent_requests` slots.
+const SLOT_WAIT: Duration = Duration::from_secs(5);
+
+/// Every `/v1` request: a token (read or operator; the mutations check the operator's
+/// themselves), then a slot.
+async fn gate(State(s): Shared, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let headers = request.headers();
+    if !auth::authorised(headers, s.token.as_deref()) && !auth::authorised(headers, s.read_token.as_deref()) {
+        return ApiError(
+            StatusCode::UNAUTHORIZED,
+            "the ledger needs `Authorization: Bearer <admin.read_token or admin.token>`".into(),
+        )
+        .into_response();
+    }
+    let Ok(Ok(_slot)) = tokio::time::timeout(SLOT_WAIT, s.requests.acquire()).await else {
+        s.metrics.admin_request_refused();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            Json(serde_json::json!({
+                "error": "admin.max_concurrent_requests are being answered: try again shortly"
+            })),
+        )
+            .into_response();
+    };
+    next.run(request).await
 }
 
 /// Binds `listen` (`host:port`).
@@ -92,22 +135,25 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<AdminState>,
     probes_only: bool,
-    mut shutdown: Shutdown,
+    limits: crate::listener::Limits,
+    shutdown: Shutdown,
 ) -> anyhow::Result<()> {
+    let metrics = state.metrics.clone();
     let app = if probes_only {
         tracing::info!(listen = %listener.local_addr()?, "probe endpoint listening");
         probe_router(state)
     } else {
         if state.token.is_none() {
-            tracing::warn!("admin.token is not set: resolve and dead-letter replay answer 401");
+            tracing::warn!("admin.token is not set: resolve, lift and dead-letter replay answer 401");
+        }
+        if state.token.is_none() && state.read_token.is_none() {
+            tracing::warn!("neither admin.token nor admin.read_token is set: every /v1 request answers 401");
         }
         tracing::info!(listen = %listener.local_addr()?, "admin endpoint listening");
         router(state)
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.requested().await })
-        .await?;
-    Ok(())
+    let name = if probes_only { "probe" } else { "admin" };
+    crate::listener::serve(name, listener, app, limits, metrics, shutdown).await
 }
 
 #[derive(Debug)]

@@ -128,6 +128,8 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
             scrape,
             health: health.clone(),
             token: config.admin.bearer_token()?,
+            read_token: config.admin.read_token()?,
+            requests: tokio::sync::Semaphore::new(config.admin.max_concurrent_requests as usize),
             kafka: config.kafka_settings(),
             dead_letter_topic: config.topic(&config.kafka.topics.dead_letter),
             ingest_topics: config.ingest_topics(),
@@ -136,14 +138,17 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
         });
         // Bound before the roles start, so that a port clash fails start-up. They stop
         // serving when shutdown is requested: a draining process is no longer ready.
-        for (listen, probes_only) in [(&config.admin.listen, false), (&config.admin.probe_listen, true)] {
+        for (listen, probes_only, limits) in [
+            (&config.admin.listen, false, config.listeners.admin()),
+            (&config.admin.probe_listen, true, config.listeners.probe()),
+        ] {
             if listen.is_empty() {
                 continue;
             }
             let server = crate::admin::bind(listen).await?;
             let (sd, state) = (shutdown.clone(), state.clone());
             background.spawn(async move {
-                if let Err(e) = crate::admin::serve(server, state, probes_only, sd).await {
+                if let Err(e) = crate::admin::serve(server, state, probes_only, limits, sd).await {
                     tracing::error!(error = %format!("{e:#}"), "admin endpoint stopped");
                 }
             });

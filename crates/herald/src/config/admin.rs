@@ -19,7 +19,16 @@ pub struct AdminConfig {
     pub token: Option<String>,
     /// A file holding the token (trailing whitespace ignored).
     pub token_file: Option<String>,
+    /// A read-only operator's token: the `/v1` reads, no mutation.
+    pub read_token: Option<String>,
+    pub read_token_file: Option<String>,
+    /// `/v1` requests answered at once; more wait up to 5 s, then get 503. Each may hold a
+    /// connection of the pool the roles share: below database.pool_size.
+    pub max_concurrent_requests: u64,
 }
+
+/// The shortest token accepted: 32 bytes (256 bits of a random token's worth).
+pub const MIN_TOKEN_BYTES: usize = 32;
 
 impl AdminConfig {
     pub(super) fn validate(&self) -> anyhow::Result<()> {
@@ -31,11 +40,55 @@ impl AdminConfig {
                 self.listen
             );
         }
+        super::range(
+            "admin.max_concurrent_requests",
+            self.max_concurrent_requests,
+            1,
+            64,
+        )?;
+        // Inline tokens now; token files when they are read, at start.
+        long_enough("admin.token", self.token.clone().filter(|t| !t.is_empty()))?;
+        long_enough(
+            "admin.read_token",
+            self.read_token.clone().filter(|t| !t.is_empty()),
+        )?;
         Ok(())
     }
 
     /// The configured token, from `token` or `token_file`; `None` when neither is set.
+    /// Shorter than [`MIN_TOKEN_BYTES`]: an error.
     pub fn bearer_token(&self) -> anyhow::Result<Option<String>> {
-        bearer_token("admin", self.token.as_deref(), self.token_file.as_deref())
+        long_enough(
+            "admin.token",
+            bearer_token(
+                "admin.token_file",
+                self.token.as_deref(),
+                self.token_file.as_deref(),
+            )?,
+        )
+    }
+
+    /// The read-only token, from `read_token` or `read_token_file`.
+    pub fn read_token(&self) -> anyhow::Result<Option<String>> {
+        let token = bearer_token(
+            "admin.read_token_file",
+            self.read_token.as_deref(),
+            self.read_token_file.as_deref(),
+        )?;
+        let token = long_enough("admin.read_token", token)?;
+        if token.is_some() && token == self.bearer_token()? {
+            anyhow::bail!("admin.read_token is admin.token: give the read-only operator a token of its own");
+        }
+        Ok(token)
+    }
+}
+
+fn long_enough(key: &str, token: Option<String>) -> anyhow::Result<Option<String>> {
+    match token {
+        Some(t) if t.len() < MIN_TOKEN_BYTES => anyhow::bail!(
+            "{key} is {} bytes: at least {MIN_TOKEN_BYTES} are required (for instance `openssl rand -hex 32`)",
+            t.len()
+        ),
+        t => Ok(t),
     }
 }

@@ -56,7 +56,11 @@ impl HttpIngestConfig {
     }
 
     pub fn bearer_token(&self) -> anyhow::Result<Option<String>> {
-        bearer_token("http_ingest", self.token.as_deref(), self.token_file.as_deref())
+        bearer_token(
+            "http_ingest.token_file",
+            self.token.as_deref(),
+            self.token_file.as_deref(),
+        )
     }
 
     pub fn key_retention(&self) -> std::time::Duration {

@@ -18,6 +18,7 @@ mod http_ingest;
 mod ingest;
 mod kafka;
 mod kafka_security;
+mod listeners;
 mod reconcile;
 mod relay;
 mod rendering;
@@ -48,6 +49,7 @@ use delivery::DeliveryConfig;
 use http_ingest::HttpIngestConfig;
 use ingest::IngestConfig;
 use kafka::KafkaConfig;
+use listeners::ListenersConfig;
 use reconcile::ReconcileConfig;
 use relay::RelayConfig;
 use rendering::RenderingConfig;
@@ -61,6 +63,7 @@ pub struct Config {
     pub telemetry: OtelSettings,
     pub admin: AdminConfig,
     pub http_ingest: HttpIngestConfig,
+    pub listeners: ListenersConfig,
     pub database: DatabaseConfig,
     pub kafka: KafkaConfig,
     pub ingest: IngestConfig,
@@ -148,6 +151,23 @@ impl Config {
         self.database.validate()?;
         self.admin.validate()?;
         self.http_ingest.validate()?;
+        self.listeners.validate()?;
+        if self.admin.max_concurrent_requests >= self.database.pool_size as u64 {
+            bail!(
+                "admin.max_concurrent_requests = {} must be below database.pool_size = {}: admin requests \
+                 share the pool with the roles",
+                self.admin.max_concurrent_requests,
+                self.database.pool_size
+            );
+        }
+        if self.listeners.idle_timeout_secs * 1000 <= self.database.query_timeout_ms {
+            bail!(
+                "listeners.idle_timeout_secs = {} must be longer than database.query_timeout_ms = {}: \
+                 a connection whose request waits on PostgreSQL moves no byte meanwhile",
+                self.listeners.idle_timeout_secs,
+                self.database.query_timeout_ms
+            );
+        }
         let h = &self.http_ingest;
         if !h.listen.is_empty() {
             if h.max_in_flight == 0 || h.max_in_flight >= self.database.pool_size {
@@ -306,16 +326,17 @@ fn listen_address(key: &str, listen: &str) -> anyhow::Result<()> {
 
 /// A bearer token given inline or in a file (trailing whitespace ignored); `section` names
 /// the keys in errors.
-fn bearer_token(section: &str, token: Option<&str>, file: Option<&str>) -> anyhow::Result<Option<String>> {
+/// A token given inline or in the file at `file` (the key `file_key`).
+fn bearer_token(file_key: &str, token: Option<&str>, file: Option<&str>) -> anyhow::Result<Option<String>> {
     if let Some(t) = token.filter(|t| !t.is_empty()) {
         return Ok(Some(t.to_owned()));
     }
     match file.filter(|f| !f.is_empty()) {
         Some(f) => {
-            let t = std::fs::read_to_string(f).with_context(|| format!("{section}.token_file {f}"))?;
+            let t = std::fs::read_to_string(f).with_context(|| format!("{file_key} {f}"))?;
             let t = t.trim_end().to_owned();
             if t.is_empty() {
-                bail!("{section}.token_file {f} is empty");
+                bail!("{file_key} {f} is empty");
             }
             Ok(Some(t))
         }

@@ -1,7 +1,11 @@
 //! `[reconcile]`: where the reconcile role reads the providers' evidence (SES events through
 //! SQS, SNS's SMS delivery status in CloudWatch Logs), and how long an `unknown` waits for it.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use anyhow::bail;
+use herald_channels::reconcile::sns::{SignatureCheck, TrustSettings};
 use serde::{Deserialize, Serialize};
 
 use super::range;
@@ -26,6 +30,20 @@ pub struct ReconcileConfig {
     /// How long a received message stays invisible to other readers; it must cover one
     /// batch's commit. A crash before the delete: the message comes back after it.
     pub visibility_timeout_secs: u64,
+    /// The SNS topics whose envelopes are evidence (the configuration set's event
+    /// destination): an envelope from any other topic is refused. Required with queue_url.
+    pub sns_topic_arns: Vec<String>,
+    /// `verify`: each envelope's signature is checked against SNS's certificate.
+    /// `unchecked`: not (a local stand-in SNS that signs nothing verifiable).
+    pub sns_signatures: SignatureCheck,
+    /// The queue is fed by SNS raw message delivery: bare SES records, which carry no
+    /// signature, are accepted; the queue's policy must then admit only the topic.
+    pub raw_delivery: bool,
+    /// Fetch SNS signing certificates from this HTTPS base instead of the certificate
+    /// URL's host (the URL is still checked, its path kept).
+    pub sns_certificate_endpoint: Option<String>,
+    /// Trusted roots (PEM) for that fetch; else the system's.
+    pub sns_certificate_ca_file: Option<PathBuf>,
     /// CloudWatch Logs groups of SNS's SMS delivery status (`sns/<region>/<account>/
     /// DirectPublishToPhoneNumber` and its `/Failure`). Empty: SMS status is not read.
     pub sms_status_log_groups: Vec<String>,
@@ -65,6 +83,34 @@ impl ReconcileConfig {
             0,
             30 * 86_400,
         )?;
+        if self.queue_url.is_some() && self.sns_topic_arns.is_empty() && !self.raw_delivery {
+            bail!(
+                "reconcile.sns_topic_arns is empty: name the SNS topic the configuration set publishes to \
+                 (only its signed envelopes are evidence), or set reconcile.raw_delivery if the queue \
+                 receives bare records through SNS raw message delivery"
+            );
+        }
+        for arn in &self.sns_topic_arns {
+            let parts: Vec<&str> = arn.split(':').collect();
+            if parts.len() != 6
+                || parts[0] != "arn"
+                || parts[2] != "sns"
+                || parts[3].is_empty()
+                || parts[5].is_empty()
+            {
+                bail!("reconcile.sns_topic_arns: {arn:?} is not an SNS topic ARN (arn:aws:sns:<region>:<account>:<name>)");
+            }
+        }
+        if let Some(endpoint) = &self.sns_certificate_endpoint {
+            if !endpoint.starts_with("https://") {
+                bail!("reconcile.sns_certificate_endpoint {endpoint:?}: certificates are fetched over HTTPS only");
+            }
+        }
+        if let Some(ca) = &self.sns_certificate_ca_file {
+            if !ca.is_file() {
+                bail!("reconcile.sns_certificate_ca_file {}: no such file", ca.display());
+            }
+        }
         range("reconcile.wait_secs", self.wait_secs, 0, 20)?;
         range("reconcile.batch", self.batch, 1, 10)?;
         range(
@@ -74,5 +120,19 @@ impl ReconcileConfig {
             43_200,
         )?;
         Ok(())
+    }
+}
+
+impl ReconcileConfig {
+    /// How the role authenticates what arrives on the queue.
+    pub fn trust_settings(&self) -> TrustSettings {
+        TrustSettings {
+            topic_arns: self.sns_topic_arns.clone(),
+            signatures: self.sns_signatures,
+            raw_delivery: self.raw_delivery,
+            certificate_endpoint: self.sns_certificate_endpoint.clone(),
+            certificate_ca_file: self.sns_certificate_ca_file.clone(),
+            fetch_timeout: Duration::from_secs(10),
+        }
     }
 }

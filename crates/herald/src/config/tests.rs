@@ -432,7 +432,7 @@ fn the_example_is_the_defaults_and_every_table_takes_overrides() {
     let mut sections: Vec<&String> = sections.iter().collect();
     sections.sort();
     assert_eq!(sections, tables);
-    assert_eq!(sections.len(), 14, "{sections:?}");
+    assert_eq!(sections.len(), 15, "{sections:?}");
 }
 
 #[test]
@@ -478,4 +478,70 @@ fn a_transaction_pooler_needs_a_session_for_the_advisory_locks() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("pooler"), "{e}");
+}
+
+#[test]
+fn admin_tokens_are_long_the_read_token_is_its_own_and_listeners_outlast_queries() {
+    let short = load_str("[admin]\ntoken = \"0123456789abcdef0123456789abcde\"\n").unwrap_err();
+    assert!(
+        format!("{short:#}").contains("admin.token is 31 bytes"),
+        "{short:#}"
+    );
+    let short = load_str("[admin]\nread_token = \"short\"\n").unwrap_err();
+    assert!(
+        format!("{short:#}").contains("admin.read_token is 5 bytes"),
+        "{short:#}"
+    );
+    let c = load_str(
+        "[admin]\ntoken = \"0123456789abcdef0123456789abcdef\"\nread_token = \"r123456789abcdef0123456789abcdef\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.admin.read_token().unwrap().as_deref(),
+        Some("r123456789abcdef0123456789abcdef")
+    );
+    let same = load_str(
+        "[admin]\ntoken = \"0123456789abcdef0123456789abcdef\"\nread_token = \"0123456789abcdef0123456789abcdef\"\n",
+    )
+    .unwrap();
+    assert!(
+        same.admin.read_token().is_err(),
+        "the read-only token may not be the operator's"
+    );
+    let starved = load_str("[admin]\nmax_concurrent_requests = 16\n").unwrap_err();
+    assert!(
+        format!("{starved:#}").contains("admin.max_concurrent_requests"),
+        "{starved:#}"
+    );
+    let cut = load_str("[listeners]\nidle_timeout_secs = 30\n").unwrap_err();
+    assert!(
+        format!("{cut:#}").contains("listeners.idle_timeout_secs"),
+        "{cut:#}"
+    );
+}
+
+#[test]
+fn provider_evidence_needs_its_topic_unless_the_queue_gets_raw_records() {
+    let queue = "[reconcile]\nqueue_url = \"https://sqs.eu-west-1.amazonaws.com/1/q\"\n";
+    let missing = load_str(queue).unwrap_err();
+    assert!(
+        format!("{missing:#}").contains("reconcile.sns_topic_arns is empty"),
+        "{missing:#}"
+    );
+    assert!(load_str(&format!("{queue}raw_delivery = true\n")).is_ok());
+    let bad = load_str(&format!("{queue}sns_topic_arns = [\"herald-ses-events\"]\n")).unwrap_err();
+    assert!(format!("{bad:#}").contains("is not an SNS topic ARN"), "{bad:#}");
+    let plain = load_str(&format!(
+        "{queue}sns_topic_arns = [\"arn:aws:sns:eu-west-1:1:t\"]\nsns_certificate_endpoint = \"http://x\"\n"
+    ))
+    .unwrap_err();
+    assert!(format!("{plain:#}").contains("over HTTPS only"), "{plain:#}");
+    let ok = load_str(&format!(
+        "{queue}sns_topic_arns = [\"arn:aws:sns:eu-west-1:1:t\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        ok.reconcile.sns_signatures,
+        herald_channels::reconcile::sns::SignatureCheck::Verify
+    );
 }

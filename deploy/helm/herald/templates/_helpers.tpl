@@ -95,8 +95,47 @@ securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end -}}
 
+{{/* The port of a listen address, host:port as Herald takes it ("0.0.0.0:9465", "[::]:9465"). */}}
+{{- define "herald.listenPort" -}}
+{{- splitList ":" . | last | int -}}
+{{- end -}}
+
+{{/* "true" when a listen address is on loopback (127.0.0.0/8, ::1), empty otherwise: only
+     the pod itself (and kubectl port-forward) reaches it, and no NetworkPolicy applies. */}}
+{{- define "herald.loopback" -}}
+{{- $host := regexReplaceAll ":[0-9]+$" . "" | trimPrefix "[" | trimSuffix "]" -}}
+{{- if or (hasPrefix "127." $host) (eq $host "::1") -}}true{{- end -}}
+{{- end -}}
+
 {{/* The probe listener's port (config.admin.probe_listen, required: the probes use it). */}}
 {{- define "herald.probePort" -}}
 {{- $listen := required "config.admin.probe_listen must be set: the probes and the ServiceMonitor use it" .Values.config.admin.probe_listen -}}
-{{- splitList ":" $listen | last | int -}}
+{{- include "herald.listenPort" $listen -}}
+{{- end -}}
+
+{{/* The ports Herald connects to, for the NetworkPolicy's egress: a JSON list of whole
+     numbers, each once. Takes dict "targets" (a list of host[:port] addresses, comma-
+     separated lists of them as kafka.brokers is, or URLs such as
+     postgres://user@db-a:5432,db-b:5432/herald?... and https://host/v1/traces) and
+     "default", the port of an address that names none (443 in https:// URLs, 80 in
+     http://). No target, or none set: [default]. */}}
+{{- define "herald.targetPorts" -}}
+{{- $ports := list -}}
+{{- range $t := .targets -}}
+{{- $t = trim (toString (default "" $t)) -}}
+{{- if $t -}}
+{{- $default := int $.default -}}
+{{- if hasPrefix "https://" $t }}{{ $default = 443 }}{{ else if hasPrefix "http://" $t }}{{ $default = 80 }}{{ end -}}
+{{- $rest := regexReplaceAll "^[A-Za-z][A-Za-z0-9+.-]*://" $t "" -}}
+{{- $authority := regexReplaceAll "^.*@" (regexReplaceAll "[/?#].*$" $rest "") "" -}}
+{{- range $a := splitList "," $authority -}}
+{{- $a = trim $a -}}
+{{- if $a -}}
+{{- $p := splitList ":" $a | last -}}
+{{- if and (contains ":" $a) (regexMatch "^[0-9]+$" $p) }}{{ $ports = append $ports (int $p) }}{{ else }}{{ $ports = append $ports $default }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (default (list (int .default)) (uniq $ports)) -}}
 {{- end -}}

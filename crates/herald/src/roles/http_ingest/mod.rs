@@ -60,7 +60,7 @@ fn router(state: Arc<HttpState>, max_body: usize) -> Router {
 /// unreadable token fails here, and with it the ingest role's start.
 pub async fn start(
     ctx: Arc<IngestContext>,
-    mut shutdown: Shutdown,
+    shutdown: Shutdown,
 ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<()>>> {
     let settings = &ctx.config.http_ingest;
     let addr: SocketAddr = settings
@@ -84,13 +84,12 @@ pub async fn start(
     tracing::info!(listen = %listener.local_addr()?, key_retention_hours = settings.key_retention_hours,
                    "HTTP ingest listening");
     let app = router(state, ctx.config.ingest.max_message_bytes);
+    let (limits, metrics) = (ctx.config.listeners.http_ingest(), ctx.obs.metrics.clone());
     Ok(tokio::spawn(async move {
         let sweeper = tokio::spawn(sweep_every(ctx, SWEEP_EVERY));
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { shutdown.requested().await })
-            .await;
+        let served = crate::listener::serve("http_ingest", listener, app, limits, metrics, shutdown).await;
         sweeper.abort();
-        Ok(served?)
+        served
     }))
 }
 

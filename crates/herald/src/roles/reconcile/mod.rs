@@ -4,10 +4,15 @@
 //! complaint puts the destination on the suppression list.
 //!
 //! ```text
-//! receive (long poll, batch) ─decode─> events | ignored | malformed
+//! receive (long poll, batch) ─authenticate─> unauthenticated ──kept with the reason──> delete
+//!   ─decode─> events | ignored | malformed
 //!   events ──store (one transaction)──> delete
 //!   malformed ──kept with the reason──> delete
 //! ```
+//!
+//! Authentication ([`herald_channels::reconcile::sns`]) comes first: a message whose topic
+//! or signature is not SNS's for a configured topic is never read as evidence, whatever it
+//! says.
 //!
 //! The same at-least-once discipline as the Kafka side: a message is deleted only once its
 //! effect is committed in PostgreSQL. A crash in between brings it back after its
@@ -19,6 +24,7 @@ use std::time::Duration;
 
 use herald_channels::reconcile::queue::{QueueMessage, QueueReader, QueueSettings};
 use herald_channels::reconcile::ses_events::{decode_queue_body, QueueBody, SesEvent, SesEventType};
+use herald_channels::reconcile::sns::{EvidenceTrust, SignatureCheck};
 use herald_core::Channel;
 use herald_store::reconcile::{Applied, ProviderEvent};
 use herald_store::Store;
@@ -73,6 +79,20 @@ async fn read_queue(config: &Config, queue_url: String, store: &Store, shutdown:
         },
     )
     .await;
+    let trust = match EvidenceTrust::new(rc.trust_settings()) {
+        Ok(t) => t,
+        Err(e) => {
+            // check-config reads the CA file too; it may have gone since.
+            warn!(error = %e, "reconcile cannot authenticate provider evidence: the queue is not read");
+            return;
+        }
+    };
+    if rc.sns_signatures == SignatureCheck::Unchecked {
+        warn!(
+            "reconcile.sns_signatures = \"unchecked\": SNS envelopes are believed without their signature \
+               (a local stand-in only; whoever can write to the queue can forge evidence)"
+        );
+    }
     let schedule = Schedule::new(Duration::from_millis(200), Duration::from_secs(30));
     let stage = stage(obs);
     // Also the start-up check that the queue exists and may be read; retried like any
@@ -110,7 +130,10 @@ async fn read_queue(config: &Config, queue_url: String, store: &Store, shutdown:
         if messages.is_empty() {
             continue;
         }
-        if handle(&reader, store, obs, &messages, shutdown).await.is_err() {
+        if handle(&reader, &trust, store, obs, &messages, shutdown)
+            .await
+            .is_err()
+        {
             break;
         }
     }
@@ -130,6 +153,7 @@ pub(super) struct Stopped;
 /// Decodes, stores and deletes one received batch.
 async fn handle(
     reader: &QueueReader,
+    trust: &EvidenceTrust,
     store: &Store,
     obs: &Obs,
     messages: &[QueueMessage],
@@ -139,6 +163,20 @@ async fn handle(
     let mut events: Vec<(&QueueMessage, SesEvent)> = Vec::new();
     let mut done: Vec<&QueueMessage> = Vec::new();
     for m in messages {
+        if let Err(why) = trust.authenticate(&m.body).await {
+            // Kept as the record of the attempt (who wrote it is for the queue's CloudTrail).
+            keep(
+                store,
+                obs,
+                queue_input(m),
+                &why.to_string(),
+                "unauthenticated",
+                shutdown,
+            )
+            .await?;
+            done.push(m);
+            continue;
+        }
         match decode_queue_body(&m.body) {
             Ok(QueueBody::Event(e)) => events.push((m, *e)),
             Ok(QueueBody::Ignored(what)) => {
@@ -173,6 +211,7 @@ async fn handle(
                     matched,
                     settled,
                     suppressed,
+                    refused,
                 } => {
                     stats.event(t, if matched.is_some() { "matched" } else { "unmatched" });
                     if let Some((intent_id, verdict)) = settled {
@@ -188,6 +227,18 @@ async fn handle(
                             destinations = suppressed,
                             reason = reason.as_str(),
                             "destination added to the suppression list"
+                        );
+                    }
+                    if let (Some((reason, _)), true) = (&row.suppress, refused > 0) {
+                        stats.suppressions_refused(*reason, refused);
+                        warn!(
+                            event = t,
+                            provider_event_id = id,
+                            message_id = %e.message_id,
+                            addresses = refused,
+                            matched = matched.is_some(),
+                            "a bounce or complaint named addresses that are not the destination of an attempt it \
+                             matched: none suppressed"
                         );
                     }
                     if matched.is_none() {
@@ -301,7 +352,8 @@ pub(super) struct Input<'a> {
 }
 
 /// Keeps input that is not a provider event with its reason (counted as `result`:
-/// `rejected`, or `ignored` for what is no error; a redelivery is counted again, as a read).
+/// `rejected`, `unauthenticated` (not the provider's word), or `ignored` for what is no
+/// error; a redelivery is counted again, as a read).
 pub(super) async fn keep(
     store: &Store,
     obs: &Obs,

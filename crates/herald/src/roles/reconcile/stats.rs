@@ -67,6 +67,12 @@ impl ReconcileStats<'_> {
         self.metrics.suppressions_added(reason.as_str(), n);
     }
 
+    /// `n` addresses a bounce or complaint named that were not suppressed: the event
+    /// matched no attempt, or they were not the attempt's destination.
+    pub fn suppressions_refused(&self, reason: SuppressionReason, n: u64) {
+        self.metrics.suppressions_refused(reason.as_str(), n);
+    }
+
     /// The totals the log reports, as the metrics count them now.
     pub fn totals(&self) -> ReconcileTotals {
         let r = self.metrics.read();
