@@ -795,3 +795,155 @@ async fn a_purge_racing_an_ingest_that_reuses_the_payload_keeps_its_body() -> Re
     env.cleanup().await;
     Ok(())
 }
+
+/// (text, bool, bool) rows of `sql`.
+async fn triples(db: &Client, sql: &str) -> Result<Vec<(String, bool, bool)>> {
+    Ok(db
+        .query(sql, &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// Evidence documents hold personal data (issue 43): the offending event of a conflict, the
+/// offending request of a reused key and the body of a refused queue message are purged
+/// after their windows while their rows stay; HTTP ingest's expired keys are deleted by the
+/// pass even with no listener to sweep them. Canary: the same rows inside their windows are
+/// kept whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evidence_documents_are_purged_after_their_windows_and_their_rows_stay() -> Result<()> {
+    let env = TestEnv::new(
+        "retention_evidence",
+        "[retention]\nconflict_document_days = 20\nreject_body_days = 15\ninterval_secs = 0\nbatch_size = 2\n",
+    )
+    .await?;
+    let db = &env.db;
+    let now = Utc::now();
+    let days = |n: i64| now - chrono::Duration::days(n);
+    insert_payload(db, "pz", days(1)).await?;
+    let intent = insert_intent(db, "z", "accepted", "pz", days(1), days(1)).await?;
+    // Conflicts 30 and 10 days old, about seller@personal.example.
+    for (offset, age) in [(1i64, 30), (2, 10), (3, 40)] {
+        db.execute(
+            "INSERT INTO intent_conflicts (intent_id, existing_fingerprint, offending_fingerprint, offending_event_id,
+                                           offending_event, source_topic, source_partition, source_offset, detected_at)
+             VALUES ($1, 'fp', $2, 'evt', '{\"seller\": \"seller@personal.example\"}', 'order-events', 0, $3, $4)",
+            &[&intent, &format!("fp-{offset}"), &offset, &days(age)],
+        )
+        .await?;
+    }
+    // HTTP keys: one live with an old and a new mismatch, one expired with its mismatch.
+    for (key, expires) in [("live", now + chrono::Duration::days(3)), ("gone", days(1))] {
+        db.execute(
+            "INSERT INTO http_requests (idempotency_key, request_fingerprint, received_at, expires_at)
+             VALUES ($1, 'rf', $2, $3)",
+            &[&key, &days(30), &expires],
+        )
+        .await?;
+    }
+    for (key, fp, age) in [
+        ("live", "m-old", 30),
+        ("live", "m-new", 2),
+        ("gone", "m-gone", 30),
+    ] {
+        db.execute(
+            "INSERT INTO http_request_mismatches (idempotency_key, stored_fingerprint, offending_fingerprint,
+                                                  offending_request, detected_at)
+             VALUES ($1, 'rf', $2, '{\"email\": \"seller@personal.example\"}', $3)",
+            &[&key, &fp, &days(age)],
+        )
+        .await?;
+    }
+    // Refused queue messages 20 and 5 days old.
+    for (id, age) in [("old", 20), ("new", 5)] {
+        db.execute(
+            "INSERT INTO provider_event_rejects (source, message_id, reason, body_prefix, body_size, received_at)
+             VALUES ('ses_events', $1, 'not authenticated: a test', '{\"to\": \"seller@personal.example\"}', 40, $2)",
+            &[&id, &days(age)],
+        )
+        .await?;
+    }
+    let preview = json(&env.herald(&["retention", "run", "--dry-run", "--json"])?)?;
+    let done = json(&env.herald(&["retention", "run", "--json"])?)?;
+    assert_eq!(
+        done["removed"], preview["removed"],
+        "dry run {preview:#}\npass {done:#}"
+    );
+    assert_eq!(done["failures"], Value::Array(vec![]));
+    let removed = &done["removed"];
+    assert_eq!(
+        removed["conflict_documents"], 3,
+        "two conflicts and one mismatch: {removed}"
+    );
+    assert_eq!(removed["reject_bodies"], 1);
+    assert_eq!(removed["http_requests"], 1);
+
+    // (which, document still there, purge time set)
+    assert_eq!(
+        triples(
+            db,
+            "SELECT offending_fingerprint, offending_event IS NOT NULL, document_purged_at IS NOT NULL
+              FROM intent_conflicts ORDER BY offending_fingerprint"
+        )
+        .await?,
+        vec![
+            ("fp-1".into(), false, true),
+            ("fp-2".into(), true, false),
+            ("fp-3".into(), false, true)
+        ]
+    );
+    assert_eq!(
+        triples(
+            db,
+            "SELECT offending_fingerprint, offending_request IS NOT NULL, document_purged_at IS NOT NULL
+              FROM http_request_mismatches ORDER BY offending_fingerprint"
+        )
+        .await?,
+        vec![("m-new".into(), true, false), ("m-old".into(), false, true)],
+        "m-gone went with its expired key"
+    );
+    assert_eq!(
+        triples(
+            db,
+            "SELECT message_id, body_prefix IS NOT NULL, body_purged_at IS NOT NULL
+              FROM provider_event_rejects ORDER BY message_id"
+        )
+        .await?,
+        vec![("new".into(), true, false), ("old".into(), false, true)]
+    );
+    assert_eq!(env.count("SELECT count(*) FROM http_requests").await?, 1);
+    // What stays of personal data is inside the windows only.
+    assert_eq!(
+        env.count(
+            "SELECT (SELECT count(*) FROM intent_conflicts WHERE offending_event::text LIKE '%personal.example%')
+                  + (SELECT count(*) FROM http_request_mismatches WHERE offending_request::text LIKE '%personal.example%')
+                  + (SELECT count(*) FROM provider_event_rejects WHERE body_prefix LIKE '%personal.example%')"
+        )
+        .await?,
+        3
+    );
+    // A second pass has nothing left to do.
+    let again = json(&env.herald(&["retention", "run", "--json"])?)?;
+    for what in ["conflict_documents", "reject_bodies", "http_requests"] {
+        assert_eq!(again["removed"][what], 0, "{what}");
+    }
+    // The daemon's gauge of the tables only retention bounds.
+    let herald = env.spawn_roles("ingest", "herald", &[])?;
+    let admin = herald.admin_addr(WAIT).await?;
+    wait_for("the evidence tables sampled", WAIT, || async {
+        let text = scrape(&admin).await?;
+        Ok(text
+            .lines()
+            .any(|l| {
+                l.starts_with("herald_evidence_table_rows{")
+                    && l.contains("table=\"intent_conflicts\"")
+                    && l.ends_with(" 3")
+            })
+            .then_some(()))
+    })
+    .await?;
+    drop(herald);
+    env.cleanup().await;
+    Ok(())
+}

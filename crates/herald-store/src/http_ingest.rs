@@ -176,13 +176,7 @@ impl crate::Store {
         let conn = self.conn().await?;
         // http_requests_expires_at_idx. SKIP LOCKED: a key being taken over is that
         // request's to delete.
-        conn.execute(
-            "DELETE FROM http_requests WHERE idempotency_key IN (
-                SELECT idempotency_key FROM http_requests WHERE expires_at <= now()
-                ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)",
-            &[&limit],
-        )
-        .await
+        conn.execute(DELETE_EXPIRED_KEYS, &[&limit]).await
     }
 
     /// A key's stored request and the mismatches kept for it, for inspection.
@@ -202,18 +196,19 @@ impl crate::Store {
         // http_request_mismatches_once (leading column idempotency_key)
         let mismatches = conn
             .query(
-                "SELECT offending_fingerprint, offending_request, detected_at
+                "SELECT offending_fingerprint, offending_request, detected_at, document_purged_at
                  FROM http_request_mismatches WHERE idempotency_key = $1 ORDER BY id",
                 &[&key],
             )
             .await?
             .into_iter()
             .map(|m| {
-                let Json(request) = m.get(1);
+                let request: Option<Json<serde_json::Value>> = m.get(1);
                 MismatchView {
                     offending_fingerprint: m.get(0),
-                    offending_request: request,
+                    offending_request: request.map(|Json(r)| r),
                     detected_at: m.get(2),
+                    document_purged_at: m.get(3),
                 }
             })
             .collect();
@@ -245,6 +240,15 @@ pub struct RequestKeyView {
 #[derive(Debug, serde::Serialize)]
 pub struct MismatchView {
     pub offending_fingerprint: String,
-    pub offending_request: serde_json::Value,
+    /// `None` once retention purged it (retention.conflict_document_days).
+    pub offending_request: Option<serde_json::Value>,
     pub detected_at: chrono::DateTime<chrono::Utc>,
+    pub document_purged_at: Option<chrono::DateTime<chrono::Utc>>,
 }
+
+/// Up to `$1` keys past their expiry, oldest first (http_requests_expires_at_idx); their
+/// mismatches go with them (ON DELETE CASCADE). SKIP LOCKED: a key being taken over is
+/// that request's to delete. Run by the listener's sweep and by retention.
+pub(crate) const DELETE_EXPIRED_KEYS: &str = "DELETE FROM http_requests WHERE idempotency_key IN (
+        SELECT idempotency_key FROM http_requests WHERE expires_at <= now()
+        ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)";

@@ -11,6 +11,11 @@
 //! - intents (optional): terminal intents created and last updated before the cutoff are
 //!   deleted with their conflicts, resolutions, outbox rows and attempts, and the payloads
 //!   no intent references any more.
+//! - evidence documents: the offending event of a fingerprint conflict and the offending
+//!   request of a reused Idempotency-Key detected before the cutoff, and the body of a
+//!   refused queue message received before its own, are set NULL (their purge time set);
+//!   the rows stay. HTTP ingest's expired keys are deleted here too, so that they go even
+//!   where no listener sweeps them.
 //!
 //! Runs as the schema owner (DDL), on one connection holding [`RETENTION_LOCK`]. This
 //! module decides nothing about when: the binary schedules it.
@@ -39,6 +44,10 @@ pub struct Cutoffs {
     pub payload_bodies: DateTime<Utc>,
     /// `None`: intents are kept forever.
     pub intents: Option<DateTime<Utc>>,
+    /// Offending documents of conflicts and HTTP key mismatches.
+    pub conflict_documents: DateTime<Utc>,
+    /// Bodies of refused provider messages.
+    pub reject_bodies: DateTime<Utc>,
 }
 
 /// The smallest UUIDv7 of the millisecond `at`: every v7 id generated before `at` sorts
@@ -83,6 +92,12 @@ pub struct Removed {
     /// Provider events and rejected queue messages received before the attempts' cutoff.
     pub provider_events: u64,
     pub intents: IntentsRemoved,
+    /// Offending documents purged (conflicts and HTTP key mismatches).
+    pub conflict_documents: u64,
+    /// Bodies of refused provider messages purged.
+    pub reject_bodies: u64,
+    /// HTTP ingest keys past their expiry, deleted (with their mismatches).
+    pub http_requests: u64,
 }
 
 /// Where the body purge continues: the last (created_at, digest) it looked at.
@@ -326,6 +341,89 @@ impl RetentionSession {
     }
 }
 
+/// One statement per table and batch for the evidence documents: (table, document
+/// column, purge-time column, time column). Each its own transaction: a crash leaves
+/// whole batches purged, and the next pass continues.
+const DOCUMENTS: [(&str, &str, &str, &str); 3] = [
+    (
+        "intent_conflicts",
+        "offending_event",
+        "document_purged_at",
+        "detected_at",
+    ),
+    (
+        "http_request_mismatches",
+        "offending_request",
+        "document_purged_at",
+        "detected_at",
+    ),
+    (
+        "provider_event_rejects",
+        "body_prefix",
+        "body_purged_at",
+        "received_at",
+    ),
+];
+
+fn purge_documents(table: &str, document: &str, purged_at: &str, time: &str) -> String {
+    // <table>_document_idx / provider_event_rejects_body_idx: the rows whose document is
+    // still there, oldest first.
+    format!(
+        "UPDATE {table} SET {document} = NULL, {purged_at} = now() WHERE id IN
+            (SELECT id FROM {table} WHERE {document} IS NOT NULL AND {time} < $1 ORDER BY {time} LIMIT $2)"
+    )
+}
+
+/// What the purge of `table` will find, after the pass deleted the expired HTTP keys
+/// (their mismatches go with them, before the purge).
+fn count_documents(table: &str, document: &str, time: &str) -> String {
+    let unexpired = if table == "http_request_mismatches" {
+        " AND idempotency_key NOT IN (SELECT idempotency_key FROM http_requests WHERE expires_at <= now())"
+    } else {
+        ""
+    };
+    format!("SELECT count(*) FROM {table} WHERE {document} IS NOT NULL AND {time} < $1{unexpired}")
+}
+
+impl RetentionSession {
+    /// Purges up to `batch` offending documents detected before `cutoff` in each of the
+    /// conflicts and HTTP key mismatches. Returns how many.
+    pub async fn purge_conflict_documents(&mut self, cutoff: DateTime<Utc>, batch: i64) -> Result<u64> {
+        let mut purged = 0;
+        for (table, document, purged_at, time) in &DOCUMENTS[..2] {
+            purged += self
+                .client
+                .execute(
+                    &purge_documents(table, document, purged_at, time),
+                    &[&cutoff, &batch],
+                )
+                .await?;
+        }
+        Ok(purged)
+    }
+
+    /// Purges up to `batch` bodies of refused provider messages received before `cutoff`.
+    pub async fn purge_reject_bodies(&mut self, cutoff: DateTime<Utc>, batch: i64) -> Result<u64> {
+        let (table, document, purged_at, time) = DOCUMENTS[2];
+        Ok(self
+            .client
+            .execute(
+                &purge_documents(table, document, purged_at, time),
+                &[&cutoff, &batch],
+            )
+            .await?)
+    }
+
+    /// Deletes up to `batch` HTTP ingest keys past their expiry (their mismatches go with
+    /// them, ON DELETE CASCADE). A key being taken over is that request's to delete.
+    pub async fn delete_expired_http_requests(&mut self, batch: i64) -> Result<u64> {
+        Ok(self
+            .client
+            .execute(crate::http_ingest::DELETE_EXPIRED_KEYS, &[&batch])
+            .await?)
+    }
+}
+
 impl Store {
     /// What a pass with these cutoffs would remove now, computed with SELECTs in one
     /// read-only snapshot; changes nothing. The counts are those a pass started from this
@@ -414,6 +512,29 @@ impl Store {
                 payloads: n(6),
             };
         }
+        let mut conflict_documents = 0;
+        for (table, document, _, time) in &DOCUMENTS[..2] {
+            let n: i64 = tx
+                .query_one(
+                    &count_documents(table, document, time),
+                    &[&cutoffs.conflict_documents],
+                )
+                .await?
+                .get(0);
+            conflict_documents += n as u64;
+        }
+        let (table, document, _, time) = DOCUMENTS[2];
+        let reject_bodies: i64 = tx
+            .query_one(&count_documents(table, document, time), &[&cutoffs.reject_bodies])
+            .await?
+            .get(0);
+        let http_requests: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM http_requests WHERE expires_at <= now()",
+                &[],
+            )
+            .await?
+            .get(0);
         tx.rollback().await?;
         Ok(Removed {
             partitions,
@@ -421,6 +542,9 @@ impl Store {
             payload_bodies: payload_bodies as u64,
             provider_events: provider_events as u64,
             intents,
+            conflict_documents,
+            reject_bodies: reject_bodies as u64,
+            http_requests: http_requests as u64,
         })
     }
 }

@@ -107,21 +107,25 @@ pub const UNKNOWN_SETTLED_AS: [&str; 4] = ["accepted", "rejected", "retry", "hol
 pub const SUPPRESSION_REASONS: [&str; 2] = ["bounced", "complained"];
 
 /// What retention removes (`herald_retention_removed_total{what}`).
-pub const RETENTION_REMOVED: [&str; 6] = [
+pub const RETENTION_REMOVED: [&str; 9] = [
     "partitions",
     "default_attempts",
     "payload_bodies",
     "provider_events",
     "intents",
     "payloads",
+    "conflict_documents",
+    "reject_bodies",
+    "http_requests",
 ];
 /// The steps of a retention pass that can fail (`herald_retention_failures_total{step}`).
-pub const RETENTION_STEPS: [&str; 5] = [
+pub const RETENTION_STEPS: [&str; 6] = [
     "connect",
     "partition_upkeep",
     "attempts",
     "payload_bodies",
     "intents",
+    "evidence_documents",
 ];
 
 impl Metrics {
@@ -818,6 +822,8 @@ pub struct Gauges {
     /// Database-derived gauges are exported only once they have been measured.
     database_sampled: AtomicBool,
     partitions: Mutex<BTreeMap<PartitionKey, PartitionSample>>,
+    /// Rows of each evidence table, once sampled.
+    evidence_rows: Mutex<BTreeMap<&'static str, i64>>,
 }
 
 impl Gauges {
@@ -842,6 +848,13 @@ impl Gauges {
         self.intents_awaiting_profile.store(open, Relaxed);
         self.awaiting_profile_oldest_age
             .store(oldest_age.as_secs_f64().to_bits(), Relaxed);
+    }
+
+    pub fn set_evidence_rows(&self, rows: &[(&'static str, i64)]) {
+        let mut map = self.evidence_rows.lock().expect("evidence rows");
+        for (table, n) in rows {
+            map.insert(table, *n);
+        }
     }
 
     pub fn set_attempts_default_rows(&self, rows: i64) {
@@ -983,6 +996,19 @@ fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
         .with_callback(move |o| {
             if g.stranded_checked.load(Relaxed) {
                 o.observe(g.stranded.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_evidence_table_rows")
+        .with_description(
+            "Rows of the tables only retention bounds (conflicts, HTTP keys and mismatches, provider events and \
+             rejects, suppressions): PostgreSQL's estimate, exact below 10,000",
+        )
+        .with_callback(move |o| {
+            for (table, n) in g.evidence_rows.lock().expect("evidence rows").iter() {
+                o.observe(*n, &[KeyValue::new("table", *table)]);
             }
         })
         .build();

@@ -95,6 +95,10 @@ pub async fn watch_database(metrics: Arc<Metrics>, store: Store) {
                 }
                 Err(e) => tracing::debug!(error = %e, "backlog sample failed"),
             }
+            match store.evidence_table_rows().await {
+                Ok(rows) => metrics.gauges().set_evidence_rows(&rows),
+                Err(e) => tracing::debug!(error = %e, "evidence table sample failed"),
+            }
             match store
                 .default_partition_rows(crate::retention::DEFAULT_ROWS_CAP)
                 .await

@@ -33,6 +33,8 @@ pub fn cutoffs(r: &RetentionConfig, now: DateTime<Utc>) -> Cutoffs {
             .unwrap_or(today),
         payload_bodies: now - chrono::Duration::days(r.payload_body_days.into()),
         intents: r.intent_days.map(|d| now - chrono::Duration::days(d.into())),
+        conflict_documents: now - chrono::Duration::days(r.conflict_document_days.into()),
+        reject_bodies: now - chrono::Duration::days(r.reject_body_days.into()),
     }
 }
 
@@ -135,6 +137,9 @@ pub async fn pass(cx: &PassContext<'_>) -> PassReport {
             cx.failed(&mut report, "intents", e);
         }
     }
+    if let Err(e) = evidence_documents(cx, &mut session, &cutoffs, batch, &mut report.removed).await {
+        cx.failed(&mut report, "evidence_documents", e);
+    }
     tracing::info!(
         partitions_dropped = report.removed.partitions.len(),
         default_attempts = report.removed.default_attempts,
@@ -142,6 +147,9 @@ pub async fn pass(cx: &PassContext<'_>) -> PassReport {
         provider_events = report.removed.provider_events,
         intents = report.removed.intents.intents,
         payloads = report.removed.intents.payloads,
+        conflict_documents = report.removed.conflict_documents,
+        reject_bodies = report.removed.reject_bodies,
+        http_requests = report.removed.http_requests,
         failures = report.failures.len(),
         "retention pass done"
     );
@@ -174,6 +182,44 @@ async fn attempts(
         let n = session.delete_provider_events(cutoffs.attempts, batch).await?;
         cx.count("provider_events", n);
         removed.provider_events += n;
+        if n < batch as u64 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// HTTP ingest's expired keys (with their mismatches: nothing left to purge there), then
+/// the evidence documents' clocks: each in batches until one comes back short.
+async fn evidence_documents(
+    cx: &PassContext<'_>,
+    session: &mut RetentionSession,
+    cutoffs: &Cutoffs,
+    batch: i64,
+    removed: &mut Removed,
+) -> herald_store::Result<()> {
+    while (cx.keep_going)() {
+        let n = session.delete_expired_http_requests(batch).await?;
+        cx.count("http_requests", n);
+        removed.http_requests += n;
+        if n < batch as u64 {
+            break;
+        }
+    }
+    while (cx.keep_going)() {
+        let n = session
+            .purge_conflict_documents(cutoffs.conflict_documents, batch)
+            .await?;
+        cx.count("conflict_documents", n);
+        removed.conflict_documents += n;
+        if n < batch as u64 {
+            break;
+        }
+    }
+    while (cx.keep_going)() {
+        let n = session.purge_reject_bodies(cutoffs.reject_bodies, batch).await?;
+        cx.count("reject_bodies", n);
+        removed.reject_bodies += n;
         if n < batch as u64 {
             break;
         }

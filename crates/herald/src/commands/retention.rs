@@ -153,6 +153,21 @@ fn print_text(report: &PassReport, created: &[String], dry_run: bool) {
         i.attempts,
         i.payloads
     );
+    println!(
+        "offending documents of conflicts and HTTP key mismatches {}: {}",
+        verb("purged"),
+        r.conflict_documents
+    );
+    println!(
+        "bodies of refused provider messages {}: {}",
+        verb("purged"),
+        r.reject_bodies
+    );
+    println!(
+        "expired HTTP ingest keys {}: {}",
+        verb("deleted"),
+        r.http_requests
+    );
     if dry_run {
         println!("dry run: nothing changed");
     }

@@ -1,4 +1,4 @@
-//! `[retention]`: the three clocks and their pass.
+//! `[retention]`: the clocks and their pass.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +19,12 @@ pub struct RetentionConfig {
     /// Terminal intents created and last updated longer ago are deleted with their rows.
     /// Unset: kept forever.
     pub intent_days: Option<u32>,
+    /// The offending documents of fingerprint conflicts and reused Idempotency-Keys
+    /// (personal data) detected longer ago are purged; the rows stay.
+    pub conflict_document_days: u32,
+    /// The bodies of queue messages the reconcile role refused (they may quote addresses)
+    /// received longer ago are purged; the rows stay.
+    pub reject_body_days: u32,
     /// The pass inside `herald run` (partition upkeep and the clocks); 0: none (run
     /// `herald retention run` from a scheduler instead).
     pub interval_secs: u64,
@@ -33,6 +39,18 @@ impl RetentionConfig {
             "retention.payload_body_days",
             self.payload_body_days.into(),
             0,
+            365_000,
+        )?;
+        range(
+            "retention.conflict_document_days",
+            self.conflict_document_days.into(),
+            1,
+            365_000,
+        )?;
+        range(
+            "retention.reject_body_days",
+            self.reject_body_days.into(),
+            1,
             365_000,
         )?;
         if let Some(days) = self.intent_days {
