@@ -128,20 +128,44 @@ impl SnsSigner {
             .concat(),
         )?;
         openssl(&dir, &["genrsa", "-out", "forger.key", "2048"])?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let server = Command::new("openssl")
-            .args(["s_server", "-quiet", "-WWW", "-accept"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("-cert")
-            .arg(dir.join("server.crt"))
-            .arg("-key")
-            .arg(dir.join("server.key"))
-            .current_dir(&www)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting openssl s_server")?;
+        // A port picked, then bound by s_server: another process may take it in between,
+        // so a server that exits at once is started again on another.
+        let mut tries = 0;
+        let (server, port) = loop {
+            tries += 1;
+            let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let mut server = Command::new("openssl")
+                .args(["s_server", "-quiet", "-WWW", "-accept"])
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("-cert")
+                .arg(dir.join("server.crt"))
+                .arg("-key")
+                .arg(dir.join("server.key"))
+                .current_dir(&www)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting openssl s_server")?;
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let listening = loop {
+                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                    break true;
+                }
+                if server.try_wait()?.is_some() || std::time::Instant::now() > deadline {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            if listening {
+                break (server, port);
+            }
+            let _ = server.kill();
+            let _ = server.wait();
+            if tries == 5 {
+                bail!("openssl s_server did not listen (5 ports tried)");
+            }
+        };
         let signer = Self {
             endpoint: format!("https://127.0.0.1:{port}"),
             ca_file: dir.join("ca.crt"),
@@ -150,13 +174,6 @@ impl SnsSigner {
             dir,
             server,
         };
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if std::time::Instant::now() > deadline {
-                bail!("openssl s_server did not listen on {port}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
         Ok(signer)
     }
 

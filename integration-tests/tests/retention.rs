@@ -823,6 +823,11 @@ async fn evidence_documents_are_purged_after_their_windows_and_their_rows_stay()
     let days = |n: i64| now - chrono::Duration::days(n);
     insert_payload(db, "pz", days(1)).await?;
     let intent = insert_intent(db, "z", "accepted", "pz", days(1), days(1)).await?;
+    // An accepted intent whose payload's body goes now (payload_body_days = 90): a
+    // complaint about its destination after the purge still suppresses it.
+    insert_payload(db, "pold", days(100)).await?;
+    let old = insert_intent(db, "old", "accepted", "pold", days(100), days(100)).await?;
+    insert_attempt(db, old, 1, days(100)).await?;
     // Conflicts 30 and 10 days old, about seller@personal.example.
     for (offset, age) in [(1i64, 30), (2, 10), (3, 40)] {
         db.execute(
@@ -923,12 +928,51 @@ async fn evidence_documents_are_purged_after_their_windows_and_their_rows_stay()
         .await?,
         3
     );
+    assert_eq!(removed["payload_bodies"], 1, "pold");
+    let complaint = |address: &str| herald_store::reconcile::ProviderEvent {
+        key: format!("complaint-{address}"),
+        channel: herald_core::Channel::Email,
+        event_type: "complaint".into(),
+        provider_message_id: "0100-late".into(),
+        occurred_at: now,
+        intent_tag: Some(old.simple().to_string()),
+        attempt_tag: Some("1".into()),
+        verdict: Some(herald_core::state::Verdict::Accepted),
+        bounce_type: None,
+        bounce_subtype: None,
+        complaint_type: Some("abuse".into()),
+        detail: None,
+        price_usd: None,
+        suppress: Some((
+            herald_core::consent::SuppressionReason::Complained,
+            vec![address.to_owned()],
+        )),
+    };
+    let store = env.store(2)?;
+    let applied = store
+        .apply_provider_events(&[complaint("someone@else.example"), complaint("SELLER@example.com")])
+        .await?;
+    let suppressed: Vec<(u64, u64)> = applied
+        .iter()
+        .map(|a| match a {
+            herald_store::reconcile::Applied::Stored {
+                suppressed, refused, ..
+            } => (*suppressed, *refused),
+            herald_store::reconcile::Applied::Duplicate => (0, 0),
+        })
+        .collect();
+    assert_eq!(
+        suppressed,
+        vec![(0, 1), (1, 0)],
+        "after the purge, only the intent's destination (by its kept digest) is suppressed"
+    );
     // A second pass has nothing left to do.
     let again = json(&env.herald(&["retention", "run", "--json"])?)?;
     for what in ["conflict_documents", "reject_bodies", "http_requests"] {
         assert_eq!(again["removed"][what], 0, "{what}");
     }
-    // The daemon's gauge of the tables only retention bounds.
+    // The daemon's gauge of the tables only retention bounds (PostgreSQL's estimate).
+    db.batch_execute("ANALYZE intent_conflicts").await?;
     let herald = env.spawn_roles("ingest", "herald", &[])?;
     let admin = herald.admin_addr(WAIT).await?;
     wait_for("the evidence tables sampled", WAIT, || async {

@@ -287,29 +287,27 @@ impl Store {
 
     /// Rows of the tables that only retention bounds and whose growth means something is
     /// wrong (a producer reusing keys, a queue fed by strangers, a retention that does not
-    /// run): PostgreSQL's estimate (pg_class.reltuples, as of the last ANALYZE), counted
-    /// exactly below 10,000 rows, where the estimate may be missing and a count is cheap.
+    /// run): PostgreSQL's estimate as of the last ANALYZE (autovacuum's, or retention's
+    /// tables' own), 0 for a table never analyzed. Read from pg_class: it never waits on a
+    /// lock a migration or a long transaction holds on the tables themselves.
     pub async fn evidence_table_rows(&self) -> Result<Vec<(&'static str, i64)>> {
         let conn = self.conn().await?;
-        let mut rows = Vec::with_capacity(EVIDENCE_TABLES.len());
-        for table in EVIDENCE_TABLES {
-            let estimate: f32 = conn
-                .query_one(
-                    "SELECT COALESCE((SELECT reltuples FROM pg_class WHERE oid = to_regclass($1)), -1)",
-                    &[&table],
-                )
-                .await?
-                .get(0);
-            let n = if estimate < 10_000.0 {
-                conn.query_one(&format!("SELECT count(*) FROM {table}"), &[])
-                    .await?
-                    .get(0)
-            } else {
-                estimate as i64
-            };
-            rows.push((table, n));
-        }
-        Ok(rows)
+        let rows = conn
+            .query(
+                "SELECT t.name, COALESCE((SELECT greatest(c.reltuples, 0)::int8 FROM pg_class c
+                                           WHERE c.oid = to_regclass(t.name)), 0)
+                   FROM unnest($1::text[]) AS t(name)",
+                &[&EVIDENCE_TABLES.as_slice()],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let name: String = r.get(0);
+                let table = EVIDENCE_TABLES.iter().find(|t| **t == name)?;
+                Some((*table, r.get(1)))
+            })
+            .collect())
     }
 
     /// Readiness: a connection from the pool answers a trivial query.

@@ -565,11 +565,13 @@ pub(crate) const SILENCE_DECIDED: &str = concat!(
 /// notification_payloads_pkey): a row
 /// saying whether it was added (false: already on the list; suppressions_live keeps the
 /// first entry), no row if `$2` is not the intent's destination (or its payload was
-/// purged).
+/// purged before it kept the destination's digest, V16).
 const SUPPRESS: &str = "WITH target AS (
         SELECT herald_destination_digest($1, $2) AS digest
           FROM intent_contents c JOIN notification_payloads p ON p.digest = c.payload_digest
-         WHERE c.id = $5 AND herald_destination_digest($1, p.destination) = herald_destination_digest($1, $2)
+         WHERE c.id = $5
+           AND coalesce(herald_destination_digest($1, p.destination), p.destination_digest)
+               = herald_destination_digest($1, $2)
      ), added AS (
         INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id)
         SELECT $1, digest, $3, $4 FROM target

@@ -135,7 +135,8 @@ pub const PURGE_CANDIDATES: &str = "SELECT created_at, digest FROM notification_
 // listed terminal-first on purpose (see TERMINAL_STATES).
 pub const PURGE_BODIES: &str = concat!(
     "UPDATE notification_payloads p
-        SET subject = NULL, body_text = NULL, body_html = NULL, destination = NULL, body_purged_at = now()
+        SET subject = NULL, body_text = NULL, body_html = NULL, destination = NULL, body_purged_at = now(),
+            destination_digest = herald_destination_digest(p.channel, p.destination)
       WHERE p.digest = ANY($1) AND p.body_purged_at IS NULL
         AND NOT EXISTS (SELECT 1 FROM notification_intents i
                          WHERE i.payload_digest = p.digest

@@ -97,7 +97,8 @@ pub struct Metrics {
 }
 
 /// What the `reconcile` role did with each queue message (`herald_provider_messages_total{result}`).
-pub const PROVIDER_MESSAGE_RESULTS: [&str; 4] = ["event", "ignored", "rejected", "unauthenticated"];
+pub const PROVIDER_MESSAGE_RESULTS: [&str; 5] =
+    ["event", "ignored", "rejected", "unauthenticated", "deferred"];
 /// What storing a provider event found (`herald_provider_events_total{type,outcome}`).
 pub const PROVIDER_EVENT_OUTCOMES: [&str; 3] = ["matched", "unmatched", "duplicate"];
 /// Who settled an `unknown` intent (`herald_unknown_settled_total{channel,by,as}`), and as what.
@@ -315,7 +316,8 @@ impl Metrics {
                      not take), by result: event (stored), ignored (subscription confirmations, test notifications), \
                      rejected (malformed: kept with the reason, deleted; one read again is counted again), \
                      unauthenticated (not a signed SNS envelope of a configured topic, or a bare record without \
-                     reconcile.raw_delivery: kept with the reason, never read as evidence)",
+                     reconcile.raw_delivery: kept with the reason, never read as evidence), deferred (its signing \
+                     certificate could not be fetched now: left on the queue, read again after its visibility timeout)",
                 )
                 .build(),
             provider_events: meter
@@ -1004,7 +1006,7 @@ fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
         .i64_observable_gauge("herald_evidence_table_rows")
         .with_description(
             "Rows of the tables only retention bounds (conflicts, HTTP keys and mismatches, provider events and \
-             rejects, suppressions): PostgreSQL's estimate, exact below 10,000",
+             rejects, suppressions): PostgreSQL's estimate as of the last ANALYZE",
         )
         .with_callback(move |o| {
             for (table, n) in g.evidence_rows.lock().expect("evidence rows").iter() {

@@ -4,10 +4,10 @@
 //! - a request's headers within `header_read_timeout` (hyper's own timer). hyper starts it
 //!   when the connection opens and again when an answer has been written, so it also
 //!   closes a kept-alive connection that sends no next request in that time;
-//! - a connection that moves no byte either way for `idle_timeout` is closed, whatever it
-//!   is doing: a body that never arrives, an answer the client does not read. The idle
-//!   timeout is longer than database.query_timeout_ms (config), so no request Herald is
-//!   still working on is cut.
+//! - a connection that moves no byte either way for `idle_timeout` is closed: a body that
+//!   never arrives, an answer the client does not read. Not while Herald is working on a
+//!   request whose body has all arrived (a slow store call or Kafka read is not the
+//!   client's idleness).
 //!
 //! A client that opens connections and never finishes its headers holds a slot for one
 //! header timeout, not forever. Counted per listener: `herald_http_connections` (open
@@ -16,7 +16,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -125,13 +125,16 @@ async fn connection(
         activity: activity.clone(),
         started,
     });
-    let service = Requests { app };
+    let service = Requests {
+        app,
+        activity: activity.clone(),
+    };
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .keep_alive(true);
-    let conn = builder.serve_connection(io, service).with_upgrades();
+    let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
     let tick = (limits.idle_timeout / 4).max(Duration::from_millis(100));
     let mut shutting_down = false;
@@ -163,11 +166,15 @@ async fn connection(
     }
 }
 
-/// When a connection last moved a byte.
+/// When a connection last moved a byte, and its requests being answered.
 #[derive(Default)]
 struct Activity {
     /// Milliseconds from the connection's start.
     last_ms: AtomicU64,
+    /// Requests called and not yet answered.
+    answering: AtomicUsize,
+    /// Of those, requests whose body has not all arrived.
+    receiving: AtomicUsize,
 }
 
 impl Activity {
@@ -176,7 +183,11 @@ impl Activity {
         self.last_ms.store(ms, Ordering::Relaxed);
     }
 
+    /// How long nothing moved; zero while Herald works on a request it has whole.
     fn idle_for(&self, started: Instant) -> Duration {
+        if self.answering.load(Ordering::Relaxed) > self.receiving.load(Ordering::Relaxed) {
+            return Duration::ZERO;
+        }
         let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
         started.elapsed().saturating_sub(last)
     }
@@ -226,10 +237,11 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// The router, as hyper calls a service.
+/// The router, as hyper calls a service, counting the requests being answered.
 #[derive(Clone)]
 struct Requests {
     app: Router,
+    activity: Arc<Activity>,
 }
 
 impl hyper::service::Service<hyper::Request<Incoming>> for Requests {
@@ -240,6 +252,76 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Requests {
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         // Router is always ready (axum documents it): no poll_ready needed.
         let mut app = self.app.clone();
-        Box::pin(async move { app.call(request.map(axum::body::Body::new)).await })
+        let activity = self.activity.clone();
+        activity.answering.fetch_add(1, Ordering::Relaxed);
+        let answering = Answering(activity.clone());
+        let receiving = !hyper::body::Body::is_end_stream(request.body());
+        if receiving {
+            activity.receiving.fetch_add(1, Ordering::Relaxed);
+        }
+        let request = request.map(|body| {
+            axum::body::Body::new(Tracked {
+                inner: body,
+                activity: receiving.then_some(activity),
+            })
+        });
+        Box::pin(async move {
+            let _answering = answering;
+            app.call(request).await
+        })
+    }
+}
+
+/// Ends "answering" when the request's future ends or is dropped (the client went away).
+struct Answering(Arc<Activity>);
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.answering.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A request's body, saying when it has all arrived (or is dropped unread).
+struct Tracked {
+    inner: Incoming,
+    /// Set until the body ends.
+    activity: Option<Arc<Activity>>,
+}
+
+impl Tracked {
+    fn ended(&mut self) {
+        if let Some(a) = self.activity.take() {
+            a.receiving.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = hyper::body::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) || self.inner.is_end_stream() {
+            self.ended();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.ended();
     }
 }

@@ -66,6 +66,22 @@ pub struct TrustSettings {
 #[error("not authenticated: {0}")]
 pub struct Untrusted(pub String);
 
+/// Why a queue message cannot be judged now (its signing certificate could not be
+/// fetched: a timeout, a refused connection, a 5xx, the fetch budget spent). It is neither
+/// believed nor refused: left on the queue, it comes back after its visibility timeout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot be authenticated now: {0}")]
+pub struct Unavailable(pub String);
+
+/// What [`EvidenceTrust::authenticate`] refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(transparent)]
+    Untrusted(#[from] Untrusted),
+    #[error(transparent)]
+    Unavailable(#[from] Unavailable),
+}
+
 fn untrusted(why: impl Into<String>) -> Untrusted {
     Untrusted(why.into())
 }
@@ -138,23 +154,36 @@ impl Envelope {
 struct SigningKey {
     /// The RSAPublicKey DER (what ring verifies with).
     rsa: Vec<u8>,
+    not_before: std::time::SystemTime,
     not_after: std::time::SystemTime,
 }
 
-/// A fetch that failed recently: not tried again for this long (a flood of forged
-/// envelopes naming one made-up certificate costs one fetch, not one each).
+/// A certificate that could not be had for good (HTTP 4xx, not a usable certificate): not
+/// fetched again for this long. A flood of forged envelopes naming one made-up certificate
+/// costs one fetch, not one each.
 const FAILED_FETCH_HOLD: Duration = Duration::from_secs(60);
-/// Distinct certificates kept; SNS rotates its certificate rarely, so more than a handful
-/// means someone is naming made-up ones: the cache starts over.
-const CACHE_MAX: usize = 16;
+/// Good keys kept (SNS signs with one or two certificates per region; a key is never
+/// evicted by failures).
+const KEYS_MAX: usize = 64;
+/// Failed certificate URLs remembered (the oldest go first).
+const FAILURES_MAX: usize = 256;
+/// Fetches of certificates not yet known, per minute: names are the sender's choice, and
+/// a flood of fresh ones must not turn the reconcile loop into a fetcher. Past it, a
+/// message waits on the queue (its visibility timeout) and is tried again.
+const FETCHES_PER_MINUTE: usize = 10;
 /// Longest certificate read.
 const CERTIFICATE_MAX_BYTES: usize = 64 * 1024;
 
 type Https =
     Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, Empty<Bytes>>;
 
-/// A certificate URL's key, or when and why its fetch failed.
-type Fetched = Result<Arc<SigningKey>, (Instant, String)>;
+/// What is known of certificate URLs: their keys, the failures held, the recent fetches.
+#[derive(Default)]
+struct Certificates {
+    keys: HashMap<String, Arc<SigningKey>>,
+    failures: HashMap<String, (Instant, String)>,
+    fetches: std::collections::VecDeque<Instant>,
+}
 
 /// Authenticates queue messages ([`EvidenceTrust::authenticate`]). Cheap to share.
 #[derive(Clone)]
@@ -162,7 +191,7 @@ pub struct EvidenceTrust {
     topics: Arc<HashSet<String>>,
     settings: Arc<TrustSettings>,
     client: Https,
-    keys: Arc<Mutex<HashMap<String, Fetched>>>,
+    certificates: Arc<Mutex<Certificates>>,
 }
 
 impl std::fmt::Debug for EvidenceTrust {
@@ -213,13 +242,13 @@ impl EvidenceTrust {
             topics: Arc::new(settings.topic_arns.iter().cloned().collect()),
             settings: Arc::new(settings),
             client: Client::builder(TokioExecutor::new()).build(connector),
-            keys: Arc::default(),
+            certificates: Arc::default(),
         })
     }
 
     /// Whether `body` may be read as the provider's word. `Ok` for what is not JSON or not
     /// an envelope-shaped object either: decoding refuses it next, with its own reason.
-    pub async fn authenticate(&self, body: &str) -> Result<(), Untrusted> {
+    pub async fn authenticate(&self, body: &str) -> Result<(), Refusal> {
         let Ok(value) = serde_json::from_str::<Value>(body) else {
             return Ok(());
         };
@@ -234,7 +263,8 @@ impl EvidenceTrust {
                 return Err(untrusted(
                     "a bare SES record, which carries no signature, and reconcile.raw_delivery is off: \
                      only signed SNS envelopes are evidence",
-                ));
+                )
+                .into());
             }
             return Ok(());
         }
@@ -248,7 +278,8 @@ impl EvidenceTrust {
             return Err(untrusted(format!(
                 "TopicArn {:?} is not one of reconcile.sns_topic_arns",
                 short(topic)
-            )));
+            ))
+            .into());
         }
         if self.settings.signatures == SignatureCheck::Unchecked {
             return Ok(());
@@ -257,12 +288,9 @@ impl EvidenceTrust {
             Some("1") => &ring::signature::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY,
             Some("2") => &ring::signature::RSA_PKCS1_2048_8192_SHA256,
             Some(v) => {
-                return Err(untrusted(format!(
-                    "SignatureVersion {:?} is not 1 or 2",
-                    short(v)
-                )))
+                return Err(untrusted(format!("SignatureVersion {:?} is not 1 or 2", short(v))).into())
             }
-            None => return Err(untrusted("an SNS envelope without SignatureVersion")),
+            None => return Err(untrusted("an SNS envelope without SignatureVersion").into()),
         };
         let signature = envelope
             .signature
@@ -280,8 +308,9 @@ impl EvidenceTrust {
         let path = certificate_path(url, topic)?;
         let canonical = envelope.canonical()?;
         let key = self.key(url, path).await?;
-        if key.not_after < std::time::SystemTime::now() {
-            return Err(untrusted(format!("the signing certificate {url} has expired")));
+        let now = std::time::SystemTime::now();
+        if key.not_after < now || key.not_before > now {
+            return Err(untrusted(format!("the signing certificate {url} is not valid now")).into());
         }
         UnparsedPublicKey::new(algorithm, &key.rsa)
             .verify(canonical.as_bytes(), &signature)
@@ -289,67 +318,116 @@ impl EvidenceTrust {
                 untrusted(format!(
                     "the signature does not verify with the certificate {url}"
                 ))
+                .into()
             })
     }
 
     /// The key of the certificate at `url` (its `path` on the host, or on the configured
-    /// endpoint): cached; a failed fetch is held for [`FAILED_FETCH_HOLD`].
-    async fn key(&self, url: &str, path: &str) -> Result<Arc<SigningKey>, Untrusted> {
-        if let Some(known) = self.keys.lock().expect("key cache").get(url) {
-            match known {
-                Ok(key) => return Ok(key.clone()),
-                Err((at, why)) if at.elapsed() < FAILED_FETCH_HOLD => {
-                    return Err(untrusted(format!("the signing certificate {url}: {why} (held)")))
-                }
-                Err(_) => {}
+    /// endpoint): cached. A definitive failure is held for [`FAILED_FETCH_HOLD`]; one that
+    /// may pass later (a timeout, a 5xx, the fetch budget spent) is [`Unavailable`].
+    async fn key(&self, url: &str, path: &str) -> Result<Arc<SigningKey>, Refusal> {
+        {
+            let mut known = self.certificates.lock().expect("certificates");
+            if let Some(key) = known.keys.get(url) {
+                return Ok(key.clone());
             }
+            if let Some((at, why)) = known.failures.get(url) {
+                if at.elapsed() < FAILED_FETCH_HOLD {
+                    return Err(untrusted(format!("the signing certificate {url}: {why} (held)")).into());
+                }
+            }
+            let minute_ago = Instant::now() - Duration::from_secs(60);
+            while known.fetches.front().is_some_and(|t| *t < minute_ago) {
+                known.fetches.pop_front();
+            }
+            if known.fetches.len() >= FETCHES_PER_MINUTE {
+                return Err(Unavailable(format!(
+                    "{FETCHES_PER_MINUTE} certificate fetches in the last minute: {url} waits"
+                ))
+                .into());
+            }
+            known.fetches.push_back(Instant::now());
         }
         let from = match &self.settings.certificate_endpoint {
             Some(base) => format!("{}{path}", base.trim_end_matches('/')),
             None => url.to_owned(),
         };
-        let fetched = tokio::time::timeout(self.settings.fetch_timeout, self.fetch(&from))
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "no answer from {from} within {:?}",
-                    self.settings.fetch_timeout
-                ))
-            })
-            .and_then(|pem| signing_key(&pem));
-        let mut keys = self.keys.lock().expect("key cache");
-        if keys.len() >= CACHE_MAX {
-            keys.clear();
-        }
+        let fetched = match tokio::time::timeout(self.settings.fetch_timeout, self.fetch(&from)).await {
+            Ok(Ok(pem)) => signing_key(&pem).map_err(Fetch::Definitive),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Fetch::Transient(format!(
+                "no answer from {from} within {:?}",
+                self.settings.fetch_timeout
+            ))),
+        };
+        let mut known = self.certificates.lock().expect("certificates");
         match fetched {
             Ok(key) => {
                 let key = Arc::new(key);
-                keys.insert(url.to_owned(), Ok(key.clone()));
+                if known.keys.len() < KEYS_MAX {
+                    known.keys.insert(url.to_owned(), key.clone());
+                }
+                known.failures.remove(url);
                 Ok(key)
             }
-            Err(why) => {
-                keys.insert(url.to_owned(), Err((Instant::now(), why.clone())));
-                Err(untrusted(format!("the signing certificate {url}: {why}")))
+            Err(Fetch::Definitive(why)) => {
+                if known.failures.len() >= FAILURES_MAX {
+                    known
+                        .failures
+                        .retain(|_, (at, _)| at.elapsed() < FAILED_FETCH_HOLD);
+                    if known.failures.len() >= FAILURES_MAX {
+                        if let Some(oldest) = known
+                            .failures
+                            .iter()
+                            .min_by_key(|(_, (at, _))| *at)
+                            .map(|(u, _)| u.clone())
+                        {
+                            known.failures.remove(&oldest);
+                        }
+                    }
+                }
+                known
+                    .failures
+                    .insert(url.to_owned(), (Instant::now(), why.clone()));
+                Err(untrusted(format!("the signing certificate {url}: {why}")).into())
+            }
+            Err(Fetch::Transient(why)) => {
+                Err(Unavailable(format!("the signing certificate {url}: {why}")).into())
             }
         }
     }
 
-    async fn fetch(&self, from: &str) -> Result<Vec<u8>, String> {
-        let uri: hyper::Uri = from.parse().map_err(|e| format!("{from}: {e}"))?;
+    async fn fetch(&self, from: &str) -> Result<Vec<u8>, Fetch> {
+        let uri: hyper::Uri = from
+            .parse()
+            .map_err(|e| Fetch::Definitive(format!("{from}: {e}")))?;
+        // A refused connection, a TLS failure, a reset: may pass later.
         let response = self
             .client
             .get(uri)
             .await
-            .map_err(|e| format!("GET {from}: {e}"))?;
-        if !response.status().is_success() {
-            return Err(format!("GET {from}: HTTP {}", response.status()));
+            .map_err(|e| Fetch::Transient(format!("GET {from}: {e}")))?;
+        let status = response.status();
+        if status.is_client_error() {
+            return Err(Fetch::Definitive(format!("GET {from}: HTTP {status}")));
+        }
+        if !status.is_success() {
+            return Err(Fetch::Transient(format!("GET {from}: HTTP {status}")));
         }
         let body = Limited::new(response.into_body(), CERTIFICATE_MAX_BYTES)
             .collect()
             .await
-            .map_err(|e| format!("GET {from}: {e}"))?;
+            .map_err(|e| Fetch::Transient(format!("GET {from}: {e}")))?;
         Ok(body.to_bytes().to_vec())
     }
+}
+
+/// How a certificate fetch failed.
+enum Fetch {
+    /// For good: not fetched again for a while, and the message refused.
+    Definitive(String),
+    /// Perhaps not next time: the message is left on the queue.
+    Transient(String),
 }
 
 /// The certificate URL's path, if the URL is one SNS signs with: HTTPS, no port or user,
@@ -409,6 +487,7 @@ fn signing_key(pem: &[u8]) -> Result<SigningKey, String> {
         .to_vec();
     Ok(SigningKey {
         rsa,
+        not_before: cert.tbs_certificate.validity.not_before.to_system_time(),
         not_after: cert.tbs_certificate.validity.not_after.to_system_time(),
     })
 }
@@ -473,6 +552,33 @@ mod tests {
         );
     }
 
+    /// A notification SNS signed (2015, SignatureVersion 1, with a Subject) and its
+    /// certificate (expired since: the signature alone is checked): Herald's canonical
+    /// string is the one SNS signs. Canary: a changed Subject does not verify.
+    #[test]
+    fn a_notification_sns_signed_verifies_and_a_changed_one_does_not() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sns");
+        let text = std::fs::read_to_string(dir.join("aws-notification.json")).unwrap();
+        let key = signing_key(&std::fs::read(dir.join("aws-signing-cert.pem")).unwrap()).unwrap();
+        let verifies = |envelope: &Envelope| {
+            let signature = base64::engine::general_purpose::STANDARD
+                .decode(envelope.signature.as_deref().unwrap())
+                .unwrap();
+            UnparsedPublicKey::new(
+                &ring::signature::RSA_PKCS1_2048_8192_SHA1_FOR_LEGACY_USE_ONLY,
+                &key.rsa,
+            )
+            .verify(envelope.canonical().unwrap().as_bytes(), &signature)
+            .is_ok()
+        };
+        let mut envelope: Envelope = serde_json::from_str(&text).unwrap();
+        assert!(verifies(&envelope), "SNS's own signature");
+        envelope.subject = Some("this is not raw".into());
+        assert!(!verifies(&envelope), "a changed subject");
+        envelope.subject = None;
+        assert!(!verifies(&envelope), "the subject left out");
+    }
+
     fn trust(raw_delivery: bool, signatures: SignatureCheck) -> EvidenceTrust {
         EvidenceTrust::new(TrustSettings {
             topic_arns: vec![TOPIC.into()],
@@ -490,27 +596,30 @@ mod tests {
         let bare = r#"{"eventType":"Bounce","mail":{}}"#;
         let t = trust(false, SignatureCheck::Verify);
         let why = t.authenticate(bare).await.unwrap_err();
-        assert!(why.0.contains("raw_delivery is off"), "{why}");
+        assert!(why.to_string().contains("raw_delivery is off"), "{why}");
         assert!(trust(true, SignatureCheck::Verify)
             .authenticate(bare)
             .await
             .is_ok());
         let other = r#"{"Type":"Notification","MessageId":"m","TopicArn":"arn:aws:sns:eu-west-1:999999999999:x","Message":"{}","Timestamp":"T","SignatureVersion":"1","Signature":"AA==","SigningCertURL":"https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-x.pem"}"#;
         let why = t.authenticate(other).await.unwrap_err();
-        assert!(why.0.contains("not one of reconcile.sns_topic_arns"), "{why}");
+        assert!(
+            why.to_string().contains("not one of reconcile.sns_topic_arns"),
+            "{why}"
+        );
         let why = trust(false, SignatureCheck::Unchecked)
             .authenticate(other)
             .await
             .unwrap_err();
         assert!(
-            why.0.contains("not one of"),
+            why.to_string().contains("not one of"),
             "unchecked signatures still check the topic: {why}"
         );
         let unsigned = other
             .replace("999999999999:x", "123456789012:herald-ses-events")
             .replace(r#""SignatureVersion":"1","#, "");
         let why = t.authenticate(&unsigned).await.unwrap_err();
-        assert!(why.0.contains("without SignatureVersion"), "{why}");
+        assert!(why.to_string().contains("without SignatureVersion"), "{why}");
         assert!(trust(false, SignatureCheck::Unchecked)
             .authenticate(&unsigned)
             .await

@@ -94,11 +94,17 @@ pub fn router(state: Arc<AdminState>) -> Router {
 /// How long a `/v1` request waits for one of the `admin.max_concurrent_requests` slots.
 const SLOT_WAIT: Duration = Duration::from_secs(5);
 
-/// Every `/v1` request: a token (read or operator; the mutations check the operator's
-/// themselves), then a slot.
+/// Every `/v1` request: a token (a read: the read-only or the operator's; a mutation: the
+/// operator's, checked again by its handler), then a slot.
 async fn gate(State(s): Shared, request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let headers = request.headers();
-    if !auth::authorised(headers, s.token.as_deref()) && !auth::authorised(headers, s.read_token.as_deref()) {
+    let operator = auth::authorised(headers, s.token.as_deref());
+    // A mutation needs the operator's token before its body is read or a slot taken: a
+    // read-only token cannot hold a slot by trickling a body.
+    if request.method() != axum::http::Method::GET && !operator {
+        return unauthorised().into_response();
+    }
+    if !operator && !auth::authorised(headers, s.read_token.as_deref()) {
         return ApiError(
             StatusCode::UNAUTHORIZED,
             "the ledger needs `Authorization: Bearer <admin.read_token or admin.token>`".into(),

@@ -13,8 +13,8 @@ use crate::listener::Limits;
 pub struct ListenersConfig {
     /// A request's headers must arrive within this (ms), or the connection is closed.
     pub header_read_timeout_ms: u64,
-    /// A connection that moves no byte and has no request being answered this long (s)
-    /// is closed.
+    /// A connection that moves no byte this long (s) is closed, unless Herald is working
+    /// on a request whose body has all arrived.
     pub idle_timeout_secs: u64,
     /// Connections open at once on `http_ingest.listen`; one more is closed when accepted.
     pub http_ingest_max_connections: u64,

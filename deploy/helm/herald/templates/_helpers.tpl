@@ -47,6 +47,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $cfg "database" $db -}}
 {{- $admin := default (dict) $cfg.admin -}}
 {{- $_ := set $admin "token_file" "/var/run/secrets/herald/admin/token" -}}
+{{- if .Values.secrets.adminReadToken.name -}}
+{{- $_ := set $admin "read_token_file" "/var/run/secrets/herald/admin-read/token" -}}
+{{- end -}}
 {{- $_ := set $cfg "admin" $admin -}}
 {{- if .Values.secrets.httpIngestToken.name -}}
 {{- $hi := default (dict) $cfg.http_ingest -}}

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use herald_channels::reconcile::queue::{QueueMessage, QueueReader, QueueSettings};
 use herald_channels::reconcile::ses_events::{decode_queue_body, QueueBody, SesEvent, SesEventType};
-use herald_channels::reconcile::sns::{EvidenceTrust, SignatureCheck};
+use herald_channels::reconcile::sns::{EvidenceTrust, Refusal, SignatureCheck};
 use herald_core::Channel;
 use herald_store::reconcile::{Applied, ProviderEvent};
 use herald_store::Store;
@@ -163,19 +163,29 @@ async fn handle(
     let mut events: Vec<(&QueueMessage, SesEvent)> = Vec::new();
     let mut done: Vec<&QueueMessage> = Vec::new();
     for m in messages {
-        if let Err(why) = trust.authenticate(&m.body).await {
-            // Kept as the record of the attempt (who wrote it is for the queue's CloudTrail).
-            keep(
-                store,
-                obs,
-                queue_input(m),
-                &why.to_string(),
-                "unauthenticated",
-                shutdown,
-            )
-            .await?;
-            done.push(m);
-            continue;
+        match trust.authenticate(&m.body).await {
+            Ok(()) => {}
+            Err(Refusal::Untrusted(why)) => {
+                // Kept as the record of the attempt (who wrote it is for the queue's CloudTrail).
+                keep(
+                    store,
+                    obs,
+                    queue_input(m),
+                    &why.to_string(),
+                    "unauthenticated",
+                    shutdown,
+                )
+                .await?;
+                done.push(m);
+                continue;
+            }
+            Err(Refusal::Unavailable(why)) => {
+                // Neither believed nor refused: not deleted, it comes back after the queue's
+                // visibility timeout and is judged then.
+                warn!(message_id = %m.message_id, reason = %why, "provider message left on the queue");
+                stats.message("deferred");
+                continue;
+            }
         }
         match decode_queue_body(&m.body) {
             Ok(QueueBody::Event(e)) => events.push((m, *e)),
