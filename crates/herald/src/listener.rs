@@ -90,10 +90,10 @@ pub async fn serve(
         let metrics = metrics.clone();
         let stop = stop_rx.clone();
         tokio::spawn(async move {
-            metrics.http_connection_opened(name);
-            connection(name, stream, app, limits, &metrics, stop).await;
-            metrics.http_connection_ended(name);
-            drop(slot);
+            // Counted out and its slot freed however the task ends (a handler's panic too).
+            let open = Open::new(name, metrics);
+            connection(name, stream, app, limits, &open.metrics, stop).await;
+            drop((open, slot));
         });
     }
     // Closing: no new connections; each open one finishes its request in flight.
@@ -107,6 +107,25 @@ pub async fn serve(
         tracing::warn!(listener = name, "connections still open after the drain: dropped");
     }
     Ok(())
+}
+
+/// One open connection in `herald_http_connections`, until dropped.
+struct Open {
+    name: Name,
+    metrics: Arc<herald_telemetry::Metrics>,
+}
+
+impl Open {
+    fn new(name: Name, metrics: Arc<herald_telemetry::Metrics>) -> Self {
+        metrics.http_connection_opened(name);
+        Self { name, metrics }
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.metrics.http_connection_ended(self.name);
+    }
 }
 
 /// Serves one connection until the client closes it, a timeout closes it, or shutdown.

@@ -152,6 +152,14 @@ impl Config {
         self.admin.validate()?;
         self.http_ingest.validate()?;
         self.listeners.validate()?;
+        if self.reconcile.sns_signatures == herald_channels::reconcile::sns::SignatureCheck::Unchecked
+            && self.aws.endpoint_url.is_none()
+        {
+            bail!(
+                "reconcile.sns_signatures = \"unchecked\" is for a local stand-in SNS (aws.endpoint_url set): \
+                 against AWS, whoever can write to the queue could forge evidence; use \"verify\""
+            );
+        }
         if self.admin.max_concurrent_requests >= self.database.pool_size as u64 {
             bail!(
                 "admin.max_concurrent_requests = {} must be below database.pool_size = {}: admin requests \

@@ -536,6 +536,16 @@ fn provider_evidence_needs_its_topic_unless_the_queue_gets_raw_records() {
     ))
     .unwrap_err();
     assert!(format!("{plain:#}").contains("over HTTPS only"), "{plain:#}");
+    let topic = "sns_topic_arns = [\"arn:aws:sns:eu-west-1:1:t\"]\nsns_signatures = \"unchecked\"\n";
+    let unchecked = load_str(&format!("{queue}{topic}")).unwrap_err();
+    assert!(
+        format!("{unchecked:#}").contains("local stand-in SNS"),
+        "{unchecked:#}"
+    );
+    assert!(load_str(&format!(
+        "[aws]\nendpoint_url = \"http://127.0.0.1:14566\"\n{queue}{topic}"
+    ))
+    .is_ok());
     let ok = load_str(&format!(
         "{queue}sns_topic_arns = [\"arn:aws:sns:eu-west-1:1:t\"]\n"
     ))
