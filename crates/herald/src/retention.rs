@@ -24,6 +24,22 @@ use crate::shutdown::Shutdown;
 /// Default-partition rows are counted up to this many: enough to alert on, cheap to read.
 pub const DEFAULT_ROWS_CAP: i64 = 10_001;
 
+/// Runs one clock's statement (`$step`, an expression removing up to `$batch` rows) until
+/// a batch comes back short or the pass must stop, counting what it removed into `$total`
+/// and `herald_retention_removed_total{what = $what}`. Each batch is its own transaction.
+macro_rules! in_batches {
+    ($cx:expr, $batch:expr, $total:expr, $what:literal, $step:expr) => {
+        while ($cx.keep_going)() {
+            let n = $step;
+            $cx.count($what, n);
+            $total += n;
+            if n < $batch as u64 {
+                break;
+            }
+        }
+    };
+}
+
 /// The instants before which each clock removes, as of `now`.
 pub fn cutoffs(r: &RetentionConfig, now: DateTime<Utc>) -> Cutoffs {
     let today = now.date_naive();
@@ -170,22 +186,20 @@ async fn attempts(
         None => tracing::debug!("partition lock held elsewhere: no partition dropped this pass"),
     }
     let batch = cx.config.retention.batch_size;
-    while (cx.keep_going)() {
-        let n = session.delete_default_attempts(cutoffs.attempts, batch).await?;
-        cx.count("default_attempts", n);
-        removed.default_attempts += n;
-        if n < batch as u64 {
-            break;
-        }
-    }
-    while (cx.keep_going)() {
-        let n = session.delete_provider_events(cutoffs.attempts, batch).await?;
-        cx.count("provider_events", n);
-        removed.provider_events += n;
-        if n < batch as u64 {
-            break;
-        }
-    }
+    in_batches!(
+        cx,
+        batch,
+        removed.default_attempts,
+        "default_attempts",
+        session.delete_default_attempts(cutoffs.attempts, batch).await?
+    );
+    in_batches!(
+        cx,
+        batch,
+        removed.provider_events,
+        "provider_events",
+        session.delete_provider_events(cutoffs.attempts, batch).await?
+    );
     Ok(())
 }
 
@@ -198,32 +212,29 @@ async fn evidence_documents(
     batch: i64,
     removed: &mut Removed,
 ) -> herald_store::Result<()> {
-    while (cx.keep_going)() {
-        let n = session.delete_expired_http_requests(batch).await?;
-        cx.count("http_requests", n);
-        removed.http_requests += n;
-        if n < batch as u64 {
-            break;
-        }
-    }
-    while (cx.keep_going)() {
-        let n = session
+    in_batches!(
+        cx,
+        batch,
+        removed.http_requests,
+        "http_requests",
+        session.delete_expired_http_requests(batch).await?
+    );
+    in_batches!(
+        cx,
+        batch,
+        removed.conflict_documents,
+        "conflict_documents",
+        session
             .purge_conflict_documents(cutoffs.conflict_documents, batch)
-            .await?;
-        cx.count("conflict_documents", n);
-        removed.conflict_documents += n;
-        if n < batch as u64 {
-            break;
-        }
-    }
-    while (cx.keep_going)() {
-        let n = session.purge_reject_bodies(cutoffs.reject_bodies, batch).await?;
-        cx.count("reject_bodies", n);
-        removed.reject_bodies += n;
-        if n < batch as u64 {
-            break;
-        }
-    }
+            .await?
+    );
+    in_batches!(
+        cx,
+        batch,
+        removed.reject_bodies,
+        "reject_bodies",
+        session.purge_reject_bodies(cutoffs.reject_bodies, batch).await?
+    );
     Ok(())
 }
 

@@ -168,14 +168,6 @@ impl Config {
                 self.database.pool_size
             );
         }
-        if self.admin.max_concurrent_requests >= self.database.pool_size as u64 {
-            bail!(
-                "admin.max_concurrent_requests = {} must be below database.pool_size = {}: admin requests \
-                 share the pool with the roles",
-                self.admin.max_concurrent_requests,
-                self.database.pool_size
-            );
-        }
         if self.listeners.idle_timeout_secs * 1000 <= self.database.query_timeout_ms {
             bail!(
                 "listeners.idle_timeout_secs = {} must be longer than database.query_timeout_ms = {}: \
