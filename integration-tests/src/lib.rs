@@ -25,6 +25,14 @@ pub mod trace_ui;
 /// `HERALD_ADMIN__TOKEN`).
 pub const ADMIN_TOKEN: &str = "it-admin-token-0123456789abcdef0123456789";
 
+/// The suppression list's digest key of every test's configuration (`suppression.key`).
+pub const SUPPRESSION_KEY: &str = "it-suppression-key-0123456789abcdef0123";
+
+/// [`SUPPRESSION_KEY`] as Herald holds it: what a test computes a keyed digest with.
+pub fn destination_key() -> herald_store::destination::DestinationKey {
+    herald_store::destination::DestinationKey::new(SUPPRESSION_KEY.as_bytes()).expect("a long enough key")
+}
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -282,6 +290,9 @@ level = "info"
 listen = "127.0.0.1:0"
 token = "{ADMIN_TOKEN}"
 
+[suppression]
+key = "{SUPPRESSION_KEY}"
+
 [database]
 url = "{herald_url}"
 pool_size = 4
@@ -529,6 +540,7 @@ channels = ["email", "sms"]
             max_connection_age: Duration::from_secs(1800),
             query_timeout: Duration::from_secs(30),
             idle_check_after: herald_store::primary::IDLE_CHECK_AFTER,
+            destination_key: Some(destination_key()),
         })?)
     }
 

@@ -578,13 +578,13 @@ async fn admin_api_shows_the_ledger_and_changes_nothing_without_the_token() -> R
     let (status, _) = admin_call(&admin, "GET", &format!("/v1/intents/{id}"), Some(TOKEN), None).await?;
     assert_eq!(status, 200, "the operator's token reads");
 
-    // Mutations: 401 without a token, with a wrong one, or with the read-only one, and
+    // Mutations: 401 without a token or with a wrong one, 403 with the read-only one, and
     // nothing changes.
     let resolve = format!("/v1/intents/{id}/resolve");
     let body = json!({"as": "retry", "reason": "seller says nothing arrived"});
-    for token in [None, Some("wrong-token"), Some(READ_TOKEN)] {
+    for (token, refused) in [(None, 401), (Some("wrong-token"), 401), (Some(READ_TOKEN), 403)] {
         let (status, _) = admin_call(&admin, "POST", &resolve, token, Some(&body)).await?;
-        assert_eq!(status, 401, "resolve with token {token:?}");
+        assert_eq!(status, refused, "resolve with token {token:?}");
         let (status, _) = admin_call(
             &admin,
             "POST",
@@ -593,7 +593,7 @@ async fn admin_api_shows_the_ledger_and_changes_nothing_without_the_token() -> R
             Some(&json!({"all": true})),
         )
         .await?;
-        assert_eq!(status, 401, "replay with token {token:?}");
+        assert_eq!(status, refused, "replay with token {token:?}");
     }
     assert_eq!(
         env.count("SELECT count(*) FROM intent_resolutions").await?,
@@ -604,12 +604,12 @@ async fn admin_api_shows_the_ledger_and_changes_nothing_without_the_token() -> R
     let (status, err) = admin_call(&admin, "POST", &resolve, Some(TOKEN), Some(&body)).await?;
     assert_eq!(status, 409, "{err}");
 
-    // The suppression list: as a bounce would put the seller's address on it (the row the
-    // reconcile role writes), listed by digest only, lifted only with the token.
+    // The suppression list: as a bounce put the seller's address on it before the digests
+    // were keyed (an unkeyed entry, V17), listed by digest only, lifted only with the token.
     env.db
         .execute(
-            "INSERT INTO suppressions (channel, destination_digest, reason)
-             VALUES ('email', herald_destination_digest('email', $1), 'bounced')",
+            "INSERT INTO suppressions (channel, destination_digest, reason, digest_version)
+             VALUES ('email', herald_destination_digest('email', $1), 'bounced', 1)",
             &[&seller.email],
         )
         .await?;
@@ -622,9 +622,9 @@ async fn admin_api_shows_the_ledger_and_changes_nothing_without_the_token() -> R
         "digests only: {listed}"
     );
     let lift = json!({"channel": "email", "address": seller.email, "reason": "the seller fixed the mailbox"});
-    for token in [None, Some("wrong-token"), Some(READ_TOKEN)] {
+    for (token, refused) in [(None, 401), (Some("wrong-token"), 401), (Some(READ_TOKEN), 403)] {
         let (status, _) = admin_call(&admin, "POST", "/v1/suppressions/lift", token, Some(&lift)).await?;
-        assert_eq!(status, 401, "lift with token {token:?}");
+        assert_eq!(status, refused, "lift with token {token:?}");
     }
     assert_eq!(
         env.count("SELECT count(*) FROM suppressions WHERE lifted_at IS NULL")

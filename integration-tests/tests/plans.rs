@@ -100,7 +100,8 @@ async fn hot_statements_use_their_indexes() -> Result<()> {
     // Then a ledger of a deployment's size, so that the largest batch (256 ids) is a small
     // share of every table, as it is in production: on 6,000 intents, hashing the whole
     // table is the planner's right answer for 256 ids. Delivered notifications, their
-    // decided holds, and 20,000 more sellers. (`history` also vacuums and checkpoints.)
+    // decided holds, 20,000 more sellers, and a suppression list of one address in ten,
+    // keyed (a digest is 64 hex characters). (`history` also vacuums and checkpoints.)
     history(&env, HISTORY).await?;
     env.db
         .batch_execute(&format!(
@@ -111,6 +112,10 @@ async fn hot_statements_use_their_indexes() -> Result<()> {
              INSERT INTO sellers (marketplace_id, seller_id, email, locale, email_opt_in, version)
              SELECT 'history', 'seller-' || g, 'seller-' || g || '@seller.example', 'en', true, 1
                FROM generate_series(1, {sellers}) g;
+             INSERT INTO suppressions (channel, destination_digest, reason, digest_version, digest_key)
+             SELECT CASE WHEN g % 2 = 0 THEN 'email' ELSE 'sms' END,
+                    encode(sha256(('history-' || g)::bytea), 'hex'), 'bounced', 2, 'plans'
+               FROM generate_series(1, {sellers} / 10) g;
              ANALYZE;",
             sellers = HISTORY / 5
         ))

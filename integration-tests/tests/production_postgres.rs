@@ -186,6 +186,7 @@ async fn store_on(
         max_connection_age: max_age,
         query_timeout: Duration::from_secs(30),
         idle_check_after,
+        destination_key: Some(integration_tests::destination_key()),
     })?;
     store.migrate(1, chrono::Utc::now().date_naive(), None).await?;
     Ok(store)

@@ -503,6 +503,24 @@ async fn a_permanent_bounce_suppresses_the_address_until_an_operator_lifts_it() 
         2
     );
     assert_eq!(env.count("SELECT count(*) FROM suppressions").await?, 1);
+    // Keyed with suppression.key: the address's public (unkeyed) digest is not what the
+    // list holds, so a dictionary of addresses tells nothing.
+    let key = integration_tests::destination_key();
+    let r = env
+        .db
+        .query_one(
+            "SELECT destination_digest, digest_version, digest_key,
+                    destination_digest = herald_destination_digest('email', $1)
+               FROM suppressions",
+            &[&seller.email],
+        )
+        .await?;
+    let (digest, version, key_id, public): (String, i16, String, bool) =
+        (r.get(0), r.get(1), r.get(2), r.get(3));
+    assert_eq!(
+        (digest, version, key_id.as_str(), public),
+        (key.digest("email", &seller.email), 2, key.id(), false)
+    );
 
     seed_orders(&env, &seller, &["8332"]).await?;
     env.wait_count(

@@ -167,6 +167,7 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
     let read_token = format!("{SENTINEL}-read-0123456789abcd");
     let ingest_token = format!("{SENTINEL}-ingest");
     let aws_secret = format!("{SENTINEL}-aws");
+    let suppression_key = format!("{SENTINEL}-suppression-key-0123456789");
     // Kafka through the SASL_SSL listener, as a user of the test's own whose password is
     // a sentinel too.
     let kafka_user = format!(
@@ -185,6 +186,7 @@ async fn secrets_from_the_environment_never_reach_the_log_the_metrics_or_the_api
         ("HERALD_HTTP_INGEST__TOKEN", ingest_token.as_str()),
         ("HERALD_HTTP_INGEST__MAX_IN_FLIGHT", "2"),
         ("HERALD_AWS__SECRET_ACCESS_KEY", aws_secret.as_str()),
+        ("HERALD_SUPPRESSION__KEY", suppression_key.as_str()),
         ("HERALD_LOG__LEVEL", "debug"),
     ];
     vars.extend(kafka.iter().map(|(k, v)| (*k, v.as_str())));

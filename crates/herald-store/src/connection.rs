@@ -35,6 +35,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{CancelToken, Row};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::destination::DestinationKey;
 use crate::primary::PrimaryWatch;
 use crate::{Result, StoreError};
 
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     tls: MakeRustlsConnect,
     /// Parameter types by statement text, for `Pooler::Transaction`.
     described: Mutex<HashMap<String, Arc<[Type]>>>,
+    /// The suppression list's key (`StoreConfig::destination_key`).
+    destination_key: Option<DestinationKey>,
 }
 
 impl Shared {
@@ -67,6 +70,7 @@ impl Shared {
         primary: Arc<PrimaryWatch>,
         query_timeout: Duration,
         tls: MakeRustlsConnect,
+        destination_key: Option<DestinationKey>,
     ) -> Self {
         Self {
             pooler,
@@ -74,7 +78,12 @@ impl Shared {
             query_timeout,
             tls,
             described: Mutex::new(HashMap::new()),
+            destination_key,
         }
+    }
+
+    pub(crate) fn destination_key(&self) -> Result<&DestinationKey> {
+        self.destination_key.as_ref().ok_or(StoreError::NoDestinationKey)
     }
 }
 
@@ -187,6 +196,11 @@ impl Drop for Connection {
 }
 
 impl<'a> Transaction<'a> {
+    /// The suppression list's key, for the digests a statement of this transaction passes.
+    pub(crate) fn destination_key(&self) -> Result<&'a DestinationKey> {
+        self.lease.shared.destination_key()
+    }
+
     /// A crash before the commit's answer leaves the transaction's fate to the server: it
     /// committed or not, and the caller's retry must converge either way. The same holds
     /// when the answer does not come within the query timeout.

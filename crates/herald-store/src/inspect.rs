@@ -70,6 +70,8 @@ pub struct BacklogSample {
     pub intents_awaiting_evidence: i64,
     /// Live entries of the suppression list (suppressions_live).
     pub suppressions: i64,
+    /// Of those, entries made before V17 and not re-keyed yet (suppressions_unkeyed_idx).
+    pub suppressions_unkeyed: i64,
     /// Intents `awaiting_profile`, and the age of the oldest.
     pub holds: holds::HoldSample,
 }
@@ -271,7 +273,8 @@ impl Store {
                         (SELECT count(*) FROM intent_states WHERE state = 'unknown'),
                         (SELECT count(*) FROM intent_states
                           WHERE state = 'unknown' AND next_attempt_at IS NOT NULL),
-                        (SELECT count(*) FROM suppressions WHERE lifted_at IS NULL)",
+                        (SELECT count(*) FROM suppressions WHERE lifted_at IS NULL),
+                        (SELECT count(*) FROM suppressions WHERE digest_version = 1 AND lifted_at IS NULL)",
                 &[],
             )
             .await?;
@@ -281,6 +284,7 @@ impl Store {
             intents_unknown: r.get(2),
             intents_awaiting_evidence: r.get(3),
             suppressions: r.get(4),
+            suppressions_unkeyed: r.get(5),
             holds: holds::sample(&conn).await?,
         })
     }

@@ -7,7 +7,7 @@
 //! | HTTP ingest | `http_ingest` (the idempotency key's claim and answer), then `ingest` |
 //! | relay | `relay` (the outbox) |
 //! | deliver | `delivery` (claim, record, the lease sweep, operators' resolutions) |
-//! | reconcile | `reconcile` (provider evidence, the suppression list) |
+//! | reconcile | `reconcile` (provider evidence, the suppression list), `destination` (the list's keyed digests) |
 //! | operators and upkeep | `inspect` (the ledger's views), `templates`, `retention`, `partitions`, `migrate` |
 //! | every statement | `connection` (how a statement is sent: prepared once per connection, or unnamed behind a transaction pooler), `primary` (connections dropped once their node stops taking writes), `plans` (the hot statements whose plans `integration-tests/tests/plans.rs` checks), `failure` (error classes), `tls` |
 //!
@@ -31,6 +31,7 @@ macro_rules! state_is_one_of {
 
 pub mod connection;
 pub mod delivery;
+pub mod destination;
 pub mod failure;
 pub mod http_ingest;
 pub mod ingest;
@@ -116,6 +117,10 @@ pub enum StoreError {
     /// transaction pooler is configured without `database.session_url`.
     #[error("{0} needs a database session, and database.pooler = \"transaction\" gives none: set database.session_url to a connection that bypasses the pooler")]
     NoSession(&'static str),
+    /// A statement that reads or writes the suppression list, on a store built without its
+    /// key.
+    #[error("the suppression list's digests need suppression.key, and this store has none")]
+    NoDestinationKey,
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -146,6 +151,10 @@ pub struct StoreConfig {
     /// still takes writes before it is used (see [`primary`]); Herald uses
     /// [`primary::IDLE_CHECK_AFTER`].
     pub idle_check_after: Duration,
+    /// The key of the suppression list's digests (`suppression.key`, see [`destination`]);
+    /// `None` only where nothing reads or writes the list (statements that need it fail
+    /// with [`StoreError::NoDestinationKey`]).
+    pub destination_key: Option<destination::DestinationKey>,
 }
 
 /// An intent's stored channel (`notification_intents.channel`, CHECKed in the schema).
@@ -215,9 +224,15 @@ impl Store {
                 primary,
                 config.query_timeout,
                 tls.clone(),
+                config.destination_key.clone(),
             )),
             tls,
         })
+    }
+
+    /// The suppression list's key ([`StoreConfig::destination_key`]).
+    pub fn destination_key(&self) -> Result<&destination::DestinationKey> {
+        self.shared.destination_key()
     }
 
     pub fn pg_config(&self) -> &tokio_postgres::Config {

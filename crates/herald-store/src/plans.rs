@@ -65,6 +65,14 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         params: || vec![Box::new(texts()), Box::new(texts())],
     },
     HotStatement {
+        name: "ingest: the suppression-list entries of the profiles' destinations",
+        sql: crate::ingest::sellers::SUPPRESSED_DESTINATIONS,
+        indexes: &["suppressions_live"],
+        prepared: true,
+        joins: true,
+        params: || vec![Box::new(texts()), Box::new(texts()), Box::new(texts())],
+    },
+    HotStatement {
         name: "relay: due outbox rows",
         sql: crate::relay::CLAIM_DUE,
         indexes: &["outbox_available_at_idx"],
@@ -260,7 +268,7 @@ pub const HOT_STATEMENTS: &[HotStatement] = &[
         indexes: &["notification_intents_payload_digest_idx"],
         prepared: false,
         joins: true,
-        params: || vec![Box::new(texts())],
+        params: || vec![Box::new(texts()), Box::new(texts())],
     },
     HotStatement {
         name: "retention: terminal intents created before the cutoff",

@@ -22,6 +22,7 @@ use herald_core::Channel;
 use uuid::Uuid;
 
 use crate::delivery::ChannelPolicies;
+use crate::destination::DestinationKey;
 use crate::{Hot, Result, Sql, Store, StoreError};
 
 /// One provider event, decoded, ready to store. Carries no address: `suppress` names
@@ -46,7 +47,7 @@ pub struct ProviderEvent {
     /// An SMS delivery status's price.
     pub price_usd: Option<f64>,
     /// A permanent bounce or a complaint, and the addresses it concerns: PostgreSQL
-    /// stores their digests (`herald_destination_digest`), never the addresses.
+    /// stores their keyed digests (see `destination`), never the addresses.
     pub suppress: Option<(SuppressionReason, Vec<String>)>,
 }
 
@@ -129,11 +130,12 @@ impl Store {
     /// visibility timeout and are stored then. A crash after it, before the delete: they
     /// come back and converge on `event_key` as duplicates.
     pub async fn apply_provider_events(&self, events: &[ProviderEvent]) -> Result<Vec<Applied>> {
+        let key = self.destination_key()?;
         let mut conn = self.conn().await?;
         let tx = conn.transaction().await?;
         let mut applied = Vec::with_capacity(events.len());
         for event in events {
-            applied.push(apply(&tx, event).await?);
+            applied.push(apply(&tx, key, event).await?);
         }
         tx.commit().await?;
         Ok(applied)
@@ -243,6 +245,25 @@ impl Store {
         Ok(rows.iter().map(suppression).collect())
     }
 
+    /// Live suppression-list entries keyed with another key than this store's, counted by
+    /// key id: their digests match no address any more (the key they were made with is
+    /// not configured), so the destinations they stood for would be sent to again.
+    /// `herald run` refuses to start while there are any.
+    pub async fn suppressions_under_other_keys(&self) -> Result<Vec<(String, i64)>> {
+        let key = self.destination_key()?;
+        let conn = self.conn().await?;
+        // A scan of the live entries (the list is small next to the ledger), once at start.
+        let rows = conn
+            .query(
+                "SELECT digest_key, count(*) FROM suppressions
+                  WHERE lifted_at IS NULL AND digest_key IS NOT NULL AND digest_key <> $1
+                  GROUP BY digest_key ORDER BY digest_key",
+                &[&key.id()],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
     /// Lifts the live entry of a destination, named by its address or its digest: later
     /// intents to it are sent again. `None`: no live entry.
     pub async fn lift_suppression(
@@ -255,30 +276,37 @@ impl Store {
         if reason.trim().is_empty() {
             return Err(StoreError::ReasonRequired("a suppression's lifting"));
         }
-        let (value, is_address) = match destination {
-            Destination::Address(a) => (a, true),
-            Destination::Digest(d) => (d, false),
+        // An address names its keyed entry, or its unkeyed one of before V17 (`$6`, `$3`).
+        let (keyed, named, is_address) = match destination {
+            Destination::Address(a) => {
+                let a = clean(a);
+                (self.destination_key()?.digest(channel.as_str(), &a), a, true)
+            }
+            Destination::Digest(d) => (clean(d), clean(d), false),
         };
         let conn = self.conn().await?;
-        // suppressions_live
-        let row = conn
-            .query_opt(
+        // suppressions_live. Both entries of an address are lifted, should both be live
+        // (retention lifts an unkeyed entry once a keyed one of its address exists).
+        let rows = conn
+            .query(
                 "UPDATE suppressions s SET lifted_at = now(), lifted_by = $4, lift_reason = $5
                   WHERE s.channel = $1 AND s.lifted_at IS NULL
-                    AND s.destination_digest = CASE WHEN $3 THEN herald_destination_digest($1, $2) ELSE $2 END
+                    AND (s.destination_digest = $6
+                         OR ($3 AND s.destination_digest = herald_destination_digest($1, $2)))
                  RETURNING s.id, s.channel, s.destination_digest, s.reason, s.provider_event_id,
                            (SELECT event_type FROM provider_events e WHERE e.id = s.provider_event_id),
                            s.created_at, s.lifted_at, s.lifted_by, s.lift_reason",
                 &[
                     &channel.as_str(),
-                    &clean(value),
+                    &named,
                     &is_address,
                     &clean(operator),
                     &clean(reason.trim()),
+                    &keyed,
                 ],
             )
             .await?;
-        Ok(row.as_ref().map(suppression))
+        Ok(rows.iter().map(suppression).min_by_key(|s| s.id))
     }
 }
 
@@ -329,7 +357,7 @@ fn suppression(r: &tokio_postgres::Row) -> Suppression {
 }
 
 /// Stores one event and applies its effects, inside the caller's transaction.
-async fn apply(tx: &impl Sql, e: &ProviderEvent) -> Result<Applied> {
+async fn apply(tx: &impl Sql, key: &DestinationKey, e: &ProviderEvent) -> Result<Applied> {
     let matched = match_attempt(tx, e).await?;
     let (intent_id, attempt_id, matched_by, attempt_no) = match matched {
         Some((intent, attempt, by, no)) => (Some(intent), Some(attempt), Some(by.as_str()), Some(no)),
@@ -376,14 +404,17 @@ async fn apply(tx: &impl Sql, e: &ProviderEvent) -> Result<Applied> {
         for address in addresses {
             let added = match intent_id {
                 Some(intent) => {
+                    let (channel, address) = (e.channel.as_str(), clean(address));
                     tx.query_opt(
                         Hot(SUPPRESS),
                         &[
-                            &e.channel.as_str(),
-                            &clean(address),
+                            &channel,
+                            &address,
                             &reason.as_str(),
                             &id,
                             &intent,
+                            &key.digest(channel, &address),
+                            &key.id(),
                         ],
                     )
                     .await?
@@ -562,19 +593,25 @@ pub(crate) const SILENCE_DECIDED: &str = concat!(
 );
 
 /// Suppresses `$2` if it is the destination of intent `$5` (intent_contents_pkey, then
-/// notification_payloads_pkey): a row
-/// saying whether it was added (false: already on the list; suppressions_live keeps the
-/// first entry), no row if `$2` is not the intent's destination (or its payload was
-/// purged before it kept the destination's digest, V16).
+/// notification_payloads_pkey), as an entry keyed `$6` (its digest under the key whose id is
+/// `$7`, see `destination`): a row saying whether it was added (false: already on the list,
+/// keyed or under its unkeyed digest of before V17; suppressions_live keeps the first entry),
+/// no row if `$2` is not the intent's destination (or its payload was purged before it kept
+/// the destination's digest, V16). A purged payload's digest is unkeyed when the purge ran
+/// before V17, keyed after.
 const SUPPRESS: &str = "WITH target AS (
-        SELECT herald_destination_digest($1, $2) AS digest
+        SELECT 1
           FROM intent_contents c JOIN notification_payloads p ON p.digest = c.payload_digest
          WHERE c.id = $5
-           AND coalesce(herald_destination_digest($1, p.destination), p.destination_digest)
-               = herald_destination_digest($1, $2)
+           AND CASE WHEN p.destination IS NOT NULL
+                    THEN herald_destination_digest($1, p.destination) = herald_destination_digest($1, $2)
+                    ELSE p.destination_digest IN ($6, herald_destination_digest($1, $2)) END
      ), added AS (
-        INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id)
-        SELECT $1, digest, $3, $4 FROM target
+        INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id, digest_version, digest_key)
+        SELECT $1, $6, $3, $4, 2, $7 FROM target
+         WHERE NOT EXISTS (SELECT 1 FROM suppressions x
+                            WHERE x.channel = $1 AND x.lifted_at IS NULL
+                              AND x.destination_digest = herald_destination_digest($1, $2))
         ON CONFLICT (channel, destination_digest) WHERE lifted_at IS NULL DO NOTHING
         RETURNING 1
      )

@@ -24,6 +24,7 @@ use chrono::{DateTime, NaiveDate, Utc};
 use tokio_postgres::Client;
 use uuid::Uuid;
 
+use crate::destination::{DestinationKey, KEYED, UNKEYED};
 use crate::partitions::{self, LockMode};
 use crate::{Result, Store};
 
@@ -106,11 +107,15 @@ pub type PayloadCursor = (DateTime<Utc>, String);
 /// A connection holding [`RETENTION_LOCK`]; dropping it ends the session and the lock.
 pub struct RetentionSession {
     client: Client,
+    /// The suppression list's key: a purged payload keeps its destination's keyed digest,
+    /// and unkeyed entries are re-keyed with it.
+    key: DestinationKey,
 }
 
 impl Store {
     /// A session for one retention pass; `Ok(None)` when another instance is running one.
     pub async fn retention_session(&self) -> Result<Option<RetentionSession>> {
+        let key = self.destination_key()?.clone();
         let client = self.session("retention (its advisory lock)").await?;
         // No statement of a pass waits long for a lock: it fails, and the next pass retries.
         client.batch_execute(partitions::SESSION_LOCK_TIMEOUT).await?;
@@ -118,26 +123,29 @@ impl Store {
             .query_one("SELECT pg_try_advisory_lock($1)", &[&RETENTION_LOCK])
             .await?
             .get(0);
-        Ok(locked.then_some(RetentionSession { client }))
+        Ok(locked.then_some(RetentionSession { client, key }))
     }
 }
 
 // notification_payloads_unpurged_idx (created_at, digest) WHERE body_purged_at IS NULL:
 // the next payloads whose body is due, locked so that ingest (which locks the row it
 // reuses, see `ingest`) cannot attach a new intent to a body being purged.
-pub const PURGE_CANDIDATES: &str = "SELECT created_at, digest FROM notification_payloads
+pub const PURGE_CANDIDATES: &str =
+    "SELECT created_at, digest, channel, destination FROM notification_payloads
      WHERE body_purged_at IS NULL AND created_at < $1 AND (created_at, digest) > ($2, $3)
      ORDER BY created_at, digest LIMIT $4
      FOR UPDATE SKIP LOCKED";
 
 // notification_payloads_pkey, and notification_intents_payload_digest_idx (hash) for the
 // guard: a body stays while any non-terminal intent references its digest. States are
-// listed terminal-first on purpose (see TERMINAL_STATES).
+// listed terminal-first on purpose (see TERMINAL_STATES). `$2`: each payload's destination
+// digest, keyed (see `destination`), kept in the address's place.
 pub const PURGE_BODIES: &str = concat!(
     "UPDATE notification_payloads p
         SET subject = NULL, body_text = NULL, body_html = NULL, destination = NULL, body_purged_at = now(),
-            destination_digest = herald_destination_digest(p.channel, p.destination)
-      WHERE p.digest = ANY($1) AND p.body_purged_at IS NULL
+            destination_digest = d.keyed
+       FROM unnest($1::text[], $2::text[]) AS d(digest, keyed)
+      WHERE p.digest = d.digest AND p.body_purged_at IS NULL
         AND NOT EXISTS (SELECT 1 FROM notification_intents i
                          WHERE i.payload_digest = p.digest
                            AND NOT ",
@@ -153,6 +161,49 @@ pub const INTENT_CANDIDATES: &str = "SELECT id, payload_digest FROM notification
        AND state IN ('accepted', 'rejected', 'failed', 'suppressed', 'observed')
      ORDER BY id LIMIT $4
      FOR UPDATE SKIP LOCKED";
+
+// suppressions_unkeyed_idx: the next live unkeyed entries after `$1`, each with an address
+// of the sellers table whose unkeyed digest is the entry's (NULL: no profile holds it).
+pub const REKEY_CANDIDATES: &str = "WITH unkeyed AS (
+        SELECT id, channel, destination_digest FROM suppressions
+         WHERE digest_version = 1 AND lifted_at IS NULL AND id > $1
+         ORDER BY id LIMIT $2
+     ), addresses AS (
+        SELECT 'email' AS channel, email AS address FROM sellers WHERE email IS NOT NULL
+        UNION ALL
+        SELECT 'sms', phone FROM sellers WHERE phone IS NOT NULL
+     )
+     SELECT u.id, u.channel, min(a.address)
+       FROM unkeyed u
+       LEFT JOIN addresses a
+         ON a.channel = u.channel AND herald_destination_digest(a.channel, a.address) = u.destination_digest
+      GROUP BY u.id, u.channel
+      ORDER BY u.id";
+
+// suppressions_pkey, suppressions_live for the twin. `$1` entries, `$2` their keyed digests
+// under the key `$3`: each takes its keyed digest, or is lifted when a live entry already
+// carries it (the reconcile role adds no keyed entry beside a live unkeyed one; an
+// operator's lift and a new bounce in between can make one).
+pub const REKEY: &str = "WITH d AS (
+        SELECT * FROM unnest($1::int8[], $2::text[]) AS d(id, keyed)
+     ), lifted AS (
+        UPDATE suppressions s
+           SET lifted_at = now(), lifted_by = 'herald retention',
+               lift_reason = 're-keyed: a keyed entry of this destination is live'
+          FROM d
+         WHERE s.id = d.id AND s.digest_version = $4 AND s.lifted_at IS NULL
+           AND EXISTS (SELECT 1 FROM suppressions k
+                        WHERE k.channel = s.channel AND k.destination_digest = d.keyed AND k.lifted_at IS NULL)
+        RETURNING s.id
+     ), rekeyed AS (
+        UPDATE suppressions s
+           SET destination_digest = d.keyed, digest_version = $5, digest_key = $3
+          FROM d
+         WHERE s.id = d.id AND s.digest_version = $4 AND s.lifted_at IS NULL
+           AND s.id NOT IN (SELECT id FROM lifted)
+        RETURNING s.id
+     )
+     SELECT (SELECT count(*) FROM lifted) + (SELECT count(*) FROM rekeyed)";
 
 // notification_payloads_pkey, then notification_intents_payload_digest_idx (hash).
 pub const DELETE_UNREFERENCED_PAYLOADS: &str = "DELETE FROM notification_payloads p
@@ -244,9 +295,16 @@ impl RetentionSession {
         };
         *cursor = (last.get(0), last.get(1));
         let digests: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
+        let keyed: Vec<Option<String>> = rows
+            .iter()
+            .map(|r| {
+                let destination: Option<&str> = r.get(3);
+                destination.map(|d| self.key.digest(r.get(2), d))
+            })
+            .collect();
         // A new snapshot, taken after the rows were locked: every intent committed by an
         // ingest that reused one of these payloads before we locked it is seen here.
-        let purged = tx.execute(PURGE_BODIES, &[&digests]).await?;
+        let purged = tx.execute(PURGE_BODIES, &[&digests, &keyed]).await?;
         // Failure policy: a crash before this commit purges nothing of the batch (the locks
         // go with the connection); the next pass starts from the oldest payload again.
         tx.commit().await?;
@@ -413,6 +471,41 @@ impl RetentionSession {
                 &[&cutoff, &batch],
             )
             .await?)
+    }
+
+    /// Re-keys the next `batch` live unkeyed suppression-list entries (made before V17,
+    /// see `destination`) after `cursor` (an id), and moves the cursor: an entry whose
+    /// address a seller's profile holds gets its keyed digest, or is lifted when a keyed
+    /// entry of that address is live already. Returns (entries re-keyed or lifted, entries
+    /// looked at): 0 looked at means none are left after the cursor. An entry no profile
+    /// names stays unkeyed (still matched by ingest and the reconcile role, counted by
+    /// `herald_suppressions_unkeyed`) and is looked at again next pass.
+    pub async fn rekey_suppressions(&mut self, batch: i64, cursor: &mut i64) -> Result<(u64, usize)> {
+        // suppressions_unkeyed_idx for the batch; the sellers table is read whole once per
+        // batch, hashed against the batch's digests (no index holds an address's digest).
+        let rows = self.client.query(REKEY_CANDIDATES, &[&*cursor, &batch]).await?;
+        let Some(last) = rows.last() else {
+            return Ok((0, 0));
+        };
+        *cursor = last.get(0);
+        let (mut ids, mut keyed) = (Vec::new(), Vec::new());
+        for r in &rows {
+            if let Some(address) = r.get::<_, Option<&str>>(2) {
+                ids.push(r.get::<_, i64>(0));
+                keyed.push(self.key.digest(r.get(1), address));
+            }
+        }
+        if ids.is_empty() {
+            return Ok((0, rows.len()));
+        }
+        // One statement, its own transaction: a crash before its commit leaves the entries
+        // unkeyed (still matched) for the next pass.
+        let changed: i64 = self
+            .client
+            .query_one(REKEY, &[&ids, &keyed, &self.key.id(), &UNKEYED, &KEYED])
+            .await?
+            .get(0);
+        Ok((changed as u64, rows.len()))
     }
 
     /// Deletes up to `batch` HTTP ingest keys past their expiry (their mismatches go with

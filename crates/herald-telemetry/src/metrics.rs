@@ -120,13 +120,14 @@ pub const RETENTION_REMOVED: [&str; 9] = [
     "http_requests",
 ];
 /// The steps of a retention pass that can fail (`herald_retention_failures_total{step}`).
-pub const RETENTION_STEPS: [&str; 6] = [
+pub const RETENTION_STEPS: [&str; 7] = [
     "connect",
     "partition_upkeep",
     "attempts",
     "payload_bodies",
     "intents",
     "evidence_documents",
+    "suppression_keys",
 ];
 
 impl Metrics {
@@ -807,6 +808,7 @@ pub struct Gauges {
     intents_unknown: AtomicI64,
     intents_awaiting_evidence: AtomicI64,
     suppressions: AtomicI64,
+    suppressions_unkeyed: AtomicI64,
     intents_awaiting_profile: AtomicI64,
     /// f64 bits of the oldest open hold's age in seconds.
     awaiting_profile_oldest_age: AtomicU64,
@@ -841,9 +843,11 @@ impl Gauges {
     /// figures; exported once those are).
     /// `unknown` intents still inside their silence window, and live suppression entries
     /// (sampled with the database figures; exported once those are).
-    pub fn set_evidence(&self, awaiting_evidence: i64, suppressions: i64) {
+    /// Of the live entries, `unkeyed`: made before keyed digests, until retention re-keys them.
+    pub fn set_evidence(&self, awaiting_evidence: i64, suppressions: i64, unkeyed: i64) {
         self.intents_awaiting_evidence.store(awaiting_evidence, Relaxed);
         self.suppressions.store(suppressions, Relaxed);
+        self.suppressions_unkeyed.store(unkeyed, Relaxed);
     }
 
     pub fn set_holds(&self, open: i64, oldest_age: Duration) {
@@ -965,6 +969,19 @@ fn register_gauges(meter: &Meter, gauges: &Arc<Gauges>, version: &'static str) {
         .with_callback(move |o| {
             if g.database_sampled.load(Relaxed) {
                 o.observe(g.suppressions.load(Relaxed), &[]);
+            }
+        })
+        .build();
+    let g = gauges.clone();
+    meter
+        .i64_observable_gauge("herald_suppressions_unkeyed")
+        .with_description(
+            "Live suppression-list entries made before the digests were keyed (suppression.key): still matched, \
+             re-keyed by retention from the sellers' profiles; one no profile names stays",
+        )
+        .with_callback(move |o| {
+            if g.database_sampled.load(Relaxed) {
+                o.observe(g.suppressions_unkeyed.load(Relaxed), &[]);
             }
         })
         .build();

@@ -91,7 +91,11 @@ pub async fn watch_database(metrics: Arc<Metrics>, store: Store) {
                     let gauges = metrics.gauges();
                     gauges.set_database(s.outbox_due, s.outbox_oldest_age, s.intents_unknown);
                     gauges.set_holds(s.holds.open, s.holds.oldest_age);
-                    gauges.set_evidence(s.intents_awaiting_evidence, s.suppressions);
+                    gauges.set_evidence(
+                        s.intents_awaiting_evidence,
+                        s.suppressions,
+                        s.suppressions_unkeyed,
+                    );
                 }
                 Err(e) => tracing::debug!(error = %e, "backlog sample failed"),
             }

@@ -59,7 +59,10 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut refused_logged = Instant::now() - Duration::from_secs(60);
+    let mut tasks = tokio::task::JoinSet::new();
     loop {
+        // Ended connections' tasks, reaped so that the set holds only open ones.
+        while tasks.try_join_next().is_some() {}
         let (stream, _) = tokio::select! {
             _ = shutdown.requested() => break,
             accepted = listener.accept() => match accepted {
@@ -89,8 +92,9 @@ pub async fn serve(
         let app = app.clone();
         let metrics = metrics.clone();
         let stop = stop_rx.clone();
-        tokio::spawn(async move {
-            // Counted out and its slot freed however the task ends (a handler's panic too).
+        tasks.spawn(async move {
+            // Counted out and its slot freed however the task ends (a handler's panic, or
+            // its abort after the drain, too).
             let open = Open::new(name, metrics);
             connection(name, stream, app, limits, &open.metrics, stop).await;
             drop((open, slot));
@@ -104,7 +108,13 @@ pub async fn serve(
         .await
         .is_err()
     {
-        tracing::warn!(listener = name, "connections still open after the drain: dropped");
+        tracing::warn!(
+            listener = name,
+            open = limits.max_connections - slots.available_permits(),
+            "connections still open after the drain: closed"
+        );
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
     }
     Ok(())
 }

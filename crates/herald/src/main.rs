@@ -176,6 +176,14 @@ fn main() -> ExitCode {
                 .await
                 .map_err(|e| e.context("Kafka security ([kafka] security_protocol, tls, sasl)"))?;
         }
+        // The suppression list's key, likewise, only where the list is read or written
+        // (the migration Job has none mounted).
+        if matches!(
+            cli.command,
+            Command::Run(_) | Command::Retention { .. } | Command::Suppression { .. }
+        ) {
+            config.resolve_destination_key()?;
+        }
         match cli.command {
             Command::Migrate => commands::migrate::run(&config).await,
             Command::Topics { command } => commands::topics::run(&config, command).await,
@@ -187,10 +195,12 @@ fn main() -> ExitCode {
             Command::Suppression { command } => commands::suppression::run(&config, command).await,
             Command::Run(args) => commands::run::run(config, args, obs, scrape).await,
             Command::CheckConfig { consumers: false } => {
+                config.suppression.require()?;
                 println!("configuration valid: {}", path.display());
                 Ok(())
             }
             Command::CheckConfig { consumers: true } => {
+                config.suppression.require()?;
                 println!("{}", config.consumers());
                 Ok(())
             }

@@ -64,6 +64,9 @@ pub struct PassReport {
     /// False: another instance was running a pass; the clocks did nothing here.
     pub clocks_ran: bool,
     pub removed: Removed,
+    /// Suppression-list entries made before the digests were keyed, re-keyed (or lifted
+    /// beside a keyed twin) from the sellers' addresses.
+    pub suppressions_rekeyed: u64,
     /// Steps that failed, with their errors; the others ran.
     pub failures: Vec<(&'static str, String)>,
 }
@@ -156,6 +159,9 @@ pub async fn pass(cx: &PassContext<'_>) -> PassReport {
     if let Err(e) = evidence_documents(cx, &mut session, &cutoffs, batch, &mut report.removed).await {
         cx.failed(&mut report, "evidence_documents", e);
     }
+    if let Err(e) = suppression_keys(cx, &mut session, batch, &mut report.suppressions_rekeyed).await {
+        cx.failed(&mut report, "suppression_keys", e);
+    }
     tracing::info!(
         partitions_dropped = report.removed.partitions.len(),
         default_attempts = report.removed.default_attempts,
@@ -166,6 +172,7 @@ pub async fn pass(cx: &PassContext<'_>) -> PassReport {
         conflict_documents = report.removed.conflict_documents,
         reject_bodies = report.removed.reject_bodies,
         http_requests = report.removed.http_requests,
+        suppressions_rekeyed = report.suppressions_rekeyed,
         failures = report.failures.len(),
         "retention pass done"
     );
@@ -235,6 +242,25 @@ async fn evidence_documents(
         "reject_bodies",
         session.purge_reject_bodies(cutoffs.reject_bodies, batch).await?
     );
+    Ok(())
+}
+
+/// The suppression list's unkeyed entries (made before V17), a batch at a time from the
+/// lowest id; those no seller's profile names are passed over until the next pass.
+async fn suppression_keys(
+    cx: &PassContext<'_>,
+    session: &mut RetentionSession,
+    batch: i64,
+    rekeyed: &mut u64,
+) -> herald_store::Result<()> {
+    let mut cursor = 0;
+    while (cx.keep_going)() {
+        let (changed, seen) = session.rekey_suppressions(batch, &mut cursor).await?;
+        *rekeyed += changed;
+        if seen < batch as usize {
+            break;
+        }
+    }
     Ok(())
 }
 

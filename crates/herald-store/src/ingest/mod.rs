@@ -166,7 +166,7 @@ impl<'a> IngestTx<'a> {
         &self,
         keys: &[(String, String)],
     ) -> Result<HashMap<(String, String), SellerProfile>> {
-        sellers::lookup(&self.tx, keys).await
+        sellers::lookup(&self.tx, self.tx.destination_key()?, keys).await
     }
 
     pub async fn active_templates(&self) -> Result<Vec<TemplateRevision>> {

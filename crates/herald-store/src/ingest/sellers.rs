@@ -5,23 +5,27 @@ use std::collections::HashMap;
 use herald_core::consent::{Suppressed, SuppressionReason};
 use herald_core::{SellerProfile, SellerRecord};
 
+use crate::destination::DestinationKey;
 use crate::{Hot, Result, Sql};
 
-/// Folds the records of one batch into the final record per seller, in offset order: a
-/// tombstone deletes whatever came before; among upserts the highest version wins.
-/// The profiles of a batch's sellers (sellers_pkey), with the suppression-list entries of
-/// their destinations (suppressions_live).
+/// The profiles of a batch's sellers (sellers_pkey).
 pub(crate) const SELLERS_BY_KEY: &str =
-    "SELECT s.marketplace_id, s.seller_id, s.email, s.phone, s.locale, s.email_opt_in, s.sms_opt_in, s.version,
-            (SELECT x.reason FROM suppressions x
-              WHERE x.channel = 'email' AND x.lifted_at IS NULL
-                AND x.destination_digest = herald_destination_digest('email', s.email)),
-            (SELECT x.reason FROM suppressions x
-              WHERE x.channel = 'sms' AND x.lifted_at IS NULL
-                AND x.destination_digest = herald_destination_digest('sms', s.phone))
+    "SELECT s.marketplace_id, s.seller_id, s.email, s.phone, s.locale, s.email_opt_in, s.sms_opt_in, s.version
      FROM sellers s JOIN unnest($1::text[], $2::text[]) AS k(marketplace_id, seller_id)
        ON s.marketplace_id = k.marketplace_id AND s.seller_id = k.seller_id";
 
+/// The live suppression-list entries of destinations `$1` (channels), `$2` (addresses),
+/// `$3` (their keyed digests, see `destination`), by position (suppressions_live): an
+/// entry keyed now, or one made before V17 under the unkeyed digest, until retention
+/// re-keys it.
+pub(crate) const SUPPRESSED_DESTINATIONS: &str = "SELECT k.n, x.reason
+     FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS k(channel, address, digest, n)
+     JOIN suppressions x
+       ON x.channel = k.channel AND x.lifted_at IS NULL
+      AND x.destination_digest = ANY (ARRAY[k.digest, herald_destination_digest(k.channel, k.address)])";
+
+/// Folds the records of one batch into the final record per seller, in offset order: a
+/// tombstone deletes whatever came before; among upserts the highest version wins.
 pub fn fold_seller_records(records: Vec<SellerRecord>) -> Vec<SellerRecord> {
     let mut order: Vec<(String, String)> = Vec::new();
     let mut last: HashMap<(String, String), SellerRecord> = HashMap::new();
@@ -100,9 +104,11 @@ pub(crate) async fn apply(client: &impl Sql, records: &[SellerRecord]) -> Result
     Ok((upserted, deleted))
 }
 
-/// The stored profiles of the given sellers.
+/// The stored profiles of the given sellers, each with its destinations' entries on the
+/// suppression list.
 pub(crate) async fn lookup(
     client: &impl Sql,
+    key: &DestinationKey,
     keys: &[(String, String)],
 ) -> Result<HashMap<(String, String), SellerProfile>> {
     if keys.is_empty() {
@@ -110,29 +116,66 @@ pub(crate) async fn lookup(
     }
     let m: Vec<&str> = keys.iter().map(|k| k.0.as_str()).collect();
     let s: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
-    // sellers_pkey. Prepared once per connection: planning it (the two suppression
-    // subqueries, the digest function inlined) took ten times as long as running it.
     let rows = client.query(Hot(SELLERS_BY_KEY), &[&m, &s]).await?;
-    Ok(rows
+    let mut profiles: Vec<SellerProfile> = rows
         .into_iter()
-        .map(|r| {
-            let p = SellerProfile {
-                marketplace_id: r.get(0),
-                seller_id: r.get(1),
-                email: r.get(2),
-                phone: r.get(3),
-                locale: r.get(4),
-                email_opt_in: r.get(5),
-                sms_opt_in: r.get(6),
-                version: r.get(7),
-                suppressed: Suppressed {
-                    email: r.get::<_, Option<&str>>(8).and_then(SuppressionReason::parse),
-                    sms: r.get::<_, Option<&str>>(9).and_then(SuppressionReason::parse),
-                },
-            };
-            ((p.marketplace_id.clone(), p.seller_id.clone()), p)
+        .map(|r| SellerProfile {
+            marketplace_id: r.get(0),
+            seller_id: r.get(1),
+            email: r.get(2),
+            phone: r.get(3),
+            locale: r.get(4),
+            email_opt_in: r.get(5),
+            sms_opt_in: r.get(6),
+            version: r.get(7),
+            suppressed: Suppressed::default(),
         })
+        .collect();
+    mark_suppressed(client, key, &mut profiles).await?;
+    Ok(profiles
+        .into_iter()
+        .map(|p| ((p.marketplace_id.clone(), p.seller_id.clone()), p))
         .collect())
+}
+
+/// Fills each profile's `suppressed` from the suppression list: one statement for the
+/// batch, after the profiles (their addresses are digested here, with the key PostgreSQL
+/// never sees).
+async fn mark_suppressed(
+    client: &impl Sql,
+    key: &DestinationKey,
+    profiles: &mut [SellerProfile],
+) -> Result<()> {
+    let (mut at, mut channels, mut addresses, mut digests) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, p) in profiles.iter().enumerate() {
+        for (channel, address) in [("email", &p.email), ("sms", &p.phone)] {
+            if let Some(address) = address {
+                at.push((i, channel));
+                channels.push(channel);
+                addresses.push(address.as_str());
+                digests.push(key.digest(channel, address));
+            }
+        }
+    }
+    if at.is_empty() {
+        return Ok(());
+    }
+    let rows = client
+        .query(Hot(SUPPRESSED_DESTINATIONS), &[&channels, &addresses, &digests])
+        .await?;
+    for r in rows {
+        let n: i64 = r.get(0);
+        let Some(&(i, channel)) = usize::try_from(n - 1).ok().and_then(|n| at.get(n)) else {
+            continue;
+        };
+        let reason = SuppressionReason::parse(r.get(1));
+        let suppressed = &mut profiles[i].suppressed;
+        match channel {
+            "email" => suppressed.email = suppressed.email.or(reason),
+            _ => suppressed.sms = suppressed.sms.or(reason),
+        }
+    }
+    Ok(())
 }
 
 #[derive(Default)]

@@ -3,7 +3,7 @@
 //!
 //! Everything under `/v1` needs a bearer token and answers 401 without one: reads take
 //! `admin.read_token` or `admin.token`, mutations only `admin.token` (a read-only
-//! operator cannot resolve, lift or replay). Probes, metrics and the OpenAPI document need
+//! operator cannot resolve, lift or replay: 403). Probes, metrics and the OpenAPI document need
 //! none. At most `admin.max_concurrent_requests` `/v1` requests are answered at once (each
 //! may hold a database connection the roles share): the rest wait a little, then get 503,
 //! so that a flood of reads can never starve claims and records.
@@ -102,6 +102,14 @@ async fn gate(State(s): Shared, request: axum::extract::Request, next: axum::mid
     // A mutation needs the operator's token before its body is read or a slot taken: a
     // read-only token cannot hold a slot by trickling a body.
     if request.method() != axum::http::Method::GET && !operator {
+        // The read-only operator is known, and refused (403); anyone else is not known (401).
+        if auth::authorised(headers, s.read_token.as_deref()) {
+            return ApiError(
+                StatusCode::FORBIDDEN,
+                "admin.read_token reads only: resolve, lift and replay need admin.token".into(),
+            )
+            .into_response();
+        }
         return unauthorised().into_response();
     }
     if !operator && !auth::authorised(headers, s.read_token.as_deref()) {

@@ -38,6 +38,8 @@ struct Output<'a> {
     partitions_created: &'a [String],
     rows_moved: u64,
     removed: &'a Removed,
+    /// Suppression-list entries re-keyed (0 in a dry run, which does not look).
+    suppressions_rekeyed: u64,
     failures: &'a [(&'static str, String)],
 }
 
@@ -64,6 +66,7 @@ pub async fn run(config: &Config, command: RetentionCommand) -> anyhow::Result<(
             partitions_created: &created,
             rows_moved: report.rows_moved,
             removed: &report.removed,
+            suppressions_rekeyed: report.suppressions_rekeyed,
             failures: &report.failures,
         };
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -96,6 +99,8 @@ async fn preview(owner: &Store, config: &Config) -> anyhow::Result<PassReport> {
         partitions_created: Some(upkeep.created),
         clocks_ran: true,
         removed,
+        // A dry run does not look for the unkeyed entries' addresses (herald_suppressions_unkeyed counts them).
+        suppressions_rekeyed: 0,
         failures: Vec::new(),
     })
 }
@@ -158,6 +163,12 @@ fn print_text(report: &PassReport, created: &[String], dry_run: bool) {
         verb("purged"),
         r.conflict_documents
     );
+    if !dry_run {
+        println!(
+            "suppression-list entries re-keyed: {}",
+            report.suppressions_rekeyed
+        );
+    }
     println!(
         "bodies of refused provider messages {}: {}",
         verb("purged"),

@@ -102,6 +102,7 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
             }
         }
     }
+    check_suppression_key(&store).await?;
     // A refused password or certificate stops start-up here, naming the broker and why.
     super::check_kafka(&config).await?;
     let shutdown = Shutdown::install().context("installing signal handlers")?;
@@ -210,4 +211,31 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
     background.abort_all();
     tracing::info!("herald stopped");
     Ok(())
+}
+
+/// Refuses to start while live suppression-list entries were keyed with another key than
+/// `suppression.key`: their digests match no address now, and the destinations they stood
+/// for (bounced, complaining) would be sent to again. A database that does not answer is
+/// logged and start-up goes on, as for every other role's first statement.
+async fn check_suppression_key(store: &Store) -> anyhow::Result<()> {
+    match store.suppressions_under_other_keys().await {
+        Ok(others) if others.is_empty() => Ok(()),
+        Ok(others) => {
+            let named: Vec<String> = others
+                .iter()
+                .map(|(id, n)| format!("{n} with key {id}"))
+                .collect();
+            bail!(
+                "suppression.key (key {}) is not the key of live suppression-list entries ({}): they would \
+                 suppress no one. Configure the key they were made with; lift them (herald suppression lift \
+                 --digest) only knowing their destinations will be sent to again",
+                store.destination_key()?.id(),
+                named.join(", ")
+            )
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not check the suppression list's key at start-up; starting anyway");
+            Ok(())
+        }
+    }
 }

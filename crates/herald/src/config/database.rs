@@ -123,6 +123,8 @@ impl DatabaseConfig {
             max_connection_age: Duration::from_secs(self.max_connection_age_s),
             query_timeout: Duration::from_millis(self.query_timeout_ms),
             idle_check_after: herald_store::primary::IDLE_CHECK_AFTER,
+            // [suppression]'s, set by `Config::store`.
+            destination_key: None,
         }
     }
 
@@ -151,6 +153,8 @@ impl DatabaseConfig {
             max_connection_age: Duration::from_secs(self.max_connection_age_s),
             query_timeout: Duration::from_millis(self.query_timeout_ms),
             idle_check_after: herald_store::primary::IDLE_CHECK_AFTER,
+            // [suppression]'s, set by `Config::store`.
+            destination_key: None,
         }
     }
 }

@@ -24,6 +24,7 @@ mod relay;
 mod rendering;
 mod retention;
 mod routes;
+mod suppression;
 
 use std::path::Path;
 use std::time::Duration;
@@ -37,6 +38,7 @@ use herald_core::Channel;
 use herald_kafka::admin::TopicSpec;
 use herald_kafka::security::{Protocol, Security};
 use herald_kafka::KafkaSettings;
+use herald_store::destination::DestinationKey;
 use herald_store::StoreConfig;
 use herald_telemetry::{LogSettings, OtelSettings};
 use serde::{Deserialize, Serialize};
@@ -55,6 +57,7 @@ use relay::RelayConfig;
 use rendering::RenderingConfig;
 pub use retention::RetentionConfig;
 pub use routes::Route;
+use suppression::SuppressionConfig;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -74,6 +77,7 @@ pub struct Config {
     pub rendering: RenderingConfig,
     pub retention: RetentionConfig,
     pub reconcile: ReconcileConfig,
+    pub suppression: SuppressionConfig,
     /// None by default: an event kind without a route is skipped and counted.
     #[serde(default)]
     pub routes: Vec<Route>,
@@ -81,6 +85,10 @@ pub struct Config {
     /// ([`Config::resolve_kafka_security`]); not configuration itself.
     #[serde(skip)]
     kafka_security: Option<Security>,
+    /// `suppression`'s key, read ([`Config::resolve_destination_key`]) only by the
+    /// commands that read or write the suppression list.
+    #[serde(skip)]
+    destination_key: Option<DestinationKey>,
 }
 
 /// Every default, and the documentation of every key: the example configuration is the
@@ -198,6 +206,7 @@ impl Config {
         self.relay.validate()?;
         self.retention.validate()?;
         self.reconcile.validate()?;
+        self.suppression.validate()?;
         self.delivery.validate()?;
         self.aws.validate()?;
         self.channels.validate(&self.lease_budget())?;
@@ -237,12 +246,27 @@ impl Config {
         })
     }
 
+    /// The roles' pool, with the suppression list's key (none unless loaded by [`Config::load`]).
     pub fn store(&self) -> StoreConfig {
-        self.database.store()
+        StoreConfig {
+            destination_key: self.destination_key.clone(),
+            ..self.database.store()
+        }
     }
 
+    /// The schema owner's, with the key too (retention keys a purged payload's destination).
     pub fn owner_store(&self) -> StoreConfig {
-        self.database.owner_store()
+        StoreConfig {
+            destination_key: self.destination_key.clone(),
+            ..self.database.owner_store()
+        }
+    }
+
+    /// Reads the suppression list's key (a file, maybe): once, before the store is made,
+    /// for the commands that read or write the list (`run`, `retention`, `suppression`).
+    pub fn resolve_destination_key(&mut self) -> anyhow::Result<()> {
+        self.destination_key = Some(self.suppression.destination_key()?);
+        Ok(())
     }
 
     /// Reads the Kafka secrets and, for MSK IAM, fetches AWS credentials: once, before any

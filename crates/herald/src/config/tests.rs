@@ -432,7 +432,7 @@ fn the_example_is_the_defaults_and_every_table_takes_overrides() {
     let mut sections: Vec<&String> = sections.iter().collect();
     sections.sort();
     assert_eq!(sections, tables);
-    assert_eq!(sections.len(), 15, "{sections:?}");
+    assert_eq!(sections.len(), 16, "{sections:?}");
 }
 
 #[test]
@@ -553,5 +553,53 @@ fn provider_evidence_needs_its_topic_unless_the_queue_gets_raw_records() {
     assert_eq!(
         ok.reconcile.sns_signatures,
         herald_channels::reconcile::sns::SignatureCheck::Verify
+    );
+}
+
+#[test]
+fn the_suppression_key_is_required_long_and_never_shown() {
+    // Herald's defaults set none: the commands that need it say so.
+    let mut c = load_str("").unwrap();
+    let e = c.resolve_destination_key().unwrap_err();
+    assert!(format!("{e:#}").contains("suppression.key is required"), "{e:#}");
+    assert!(c.suppression.require().is_err());
+    let e = load_str("[suppression]\nkey = \"short-key\"").unwrap_err();
+    assert!(format!("{e:#}").contains("suppression.key is 9 bytes"), "{e:#}");
+
+    let dir = std::env::temp_dir().join(format!("herald-key-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("key");
+    let secret = "file-key-0123456789abcdef0123456789";
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    let mut c = load_str(&format!(
+        "[suppression]\nkey_file = {:?}",
+        file.display().to_string()
+    ))
+    .unwrap();
+    c.resolve_destination_key().unwrap();
+    let from_file = c.store().destination_key.expect("the key reaches the store");
+    let expected = herald_store::destination::DestinationKey::new(secret.as_bytes()).unwrap();
+    assert_eq!(
+        from_file.digest("email", "a@example.com"),
+        expected.digest("email", "a@example.com"),
+        "the file's key, trailing newline ignored"
+    );
+    assert_eq!(
+        c.owner_store()
+            .destination_key
+            .map(|k| k.id().to_owned())
+            .as_deref(),
+        Some(expected.id())
+    );
+    assert!(!format!("{c:?}").contains(secret), "Debug shows no key");
+    std::fs::write(&file, "too-short\n").unwrap();
+    assert!(c.resolve_destination_key().is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    let mut c = load_str("[suppression]\nkey = \"inline-key-0123456789abcdef0123456789\"").unwrap();
+    c.resolve_destination_key().unwrap();
+    assert!(
+        !format!("{c:?}").contains("inline-key-0123"),
+        "Debug shows no key"
     );
 }

@@ -51,6 +51,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $admin "read_token_file" "/var/run/secrets/herald/admin-read/token" -}}
 {{- end -}}
 {{- $_ := set $cfg "admin" $admin -}}
+{{- $sup := default (dict) $cfg.suppression -}}
+{{- $_ := set $sup "key_file" "/var/run/secrets/herald/suppression/key" -}}
+{{- $_ := set $cfg "suppression" $sup -}}
 {{- if .Values.secrets.httpIngestToken.name -}}
 {{- $hi := default (dict) $cfg.http_ingest -}}
 {{- $_ := set $hi "token_file" "/var/run/secrets/herald/http-ingest/token" -}}
