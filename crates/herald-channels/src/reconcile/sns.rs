@@ -580,15 +580,81 @@ mod tests {
     }
 
     fn trust(raw_delivery: bool, signatures: SignatureCheck) -> EvidenceTrust {
+        trust_fetching_from(raw_delivery, signatures, None)
+    }
+
+    fn trust_fetching_from(
+        raw_delivery: bool,
+        signatures: SignatureCheck,
+        certificate_endpoint: Option<String>,
+    ) -> EvidenceTrust {
         EvidenceTrust::new(TrustSettings {
             topic_arns: vec![TOPIC.into()],
             signatures,
             raw_delivery,
-            certificate_endpoint: None,
+            certificate_endpoint,
             certificate_ca_file: None,
-            fetch_timeout: Duration::from_secs(1),
+            fetch_timeout: Duration::from_millis(500),
         })
         .unwrap()
+    }
+
+    /// A signed-looking envelope of the configured topic whose certificate is `pem`.
+    fn envelope_with_certificate(pem: &str) -> String {
+        serde_json::json!({
+            "Type": "Notification", "MessageId": "m-1", "TopicArn": TOPIC,
+            "Message": "{}", "Timestamp": "2026-12-07T10:00:00.000Z",
+            "SignatureVersion": "1", "Signature": "AA==",
+            "SigningCertURL": format!("https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-{pem}.pem"),
+        })
+        .to_string()
+    }
+
+    /// Evidence whose certificate cannot be fetched now (the host refuses connections,
+    /// or accepts and never answers) is neither believed nor refused: Unavailable, so the
+    /// reconcile role leaves it on the queue, and it is not held as a failure (the next
+    /// try fetches again). The eleventh new certificate in a minute waits too.
+    #[tokio::test]
+    async fn evidence_whose_certificate_cannot_be_fetched_now_waits() {
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let refused_at = format!("https://{}", closed.local_addr().unwrap());
+        drop(closed);
+        let t = trust_fetching_from(false, SignatureCheck::Verify, Some(refused_at));
+        for _ in 0..2 {
+            match t.authenticate(&envelope_with_certificate("refused")).await {
+                Err(Refusal::Unavailable(why)) => assert!(why.0.contains("GET https://127.0.0.1"), "{why}"),
+                other => panic!("a refused connection: {other:?}"),
+            }
+        }
+
+        // Accepts, reads, never answers: the fetch timeout.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent_at = format!("https://{}", silent.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((stream, _)) = silent.accept().await {
+                open.push(stream);
+            }
+        });
+        let t = trust_fetching_from(false, SignatureCheck::Verify, Some(silent_at));
+        match t.authenticate(&envelope_with_certificate("silent")).await {
+            Err(Refusal::Unavailable(why)) => assert!(why.0.contains("no answer from"), "{why}"),
+            other => panic!("a silent host: {other:?}"),
+        }
+        // Nine more certificates fetch (and time out); the eleventh waits for the budget.
+        for n in 0..9 {
+            let r = t
+                .authenticate(&envelope_with_certificate(&format!("other-{n}")))
+                .await;
+            assert!(matches!(r, Err(Refusal::Unavailable(_))), "{r:?}");
+        }
+        match t.authenticate(&envelope_with_certificate("eleventh")).await {
+            Err(Refusal::Unavailable(why)) => {
+                assert!(why.0.contains("certificate fetches in the last minute"), "{why}")
+            }
+            other => panic!("past the budget: {other:?}"),
+        }
+        held.abort();
     }
 
     #[tokio::test]
