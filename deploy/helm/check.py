@@ -399,7 +399,10 @@ def main():
             check(r.returncode == 0, f"{cm['metadata']['name']}: herald refuses it: {r.stderr.strip()}")
         check("migrate_on_start = false" in toml, f"{cm['metadata']['name']}: migrate_on_start is not false")
         check("interval_secs = 0" in toml, f"{cm['metadata']['name']}: the role groups would run retention")
-        check("password =" not in toml and "token =" not in toml, f"{cm['metadata']['name']}: a secret in the config")
+        check("password =" not in toml and "token =" not in toml
+              and not re.search(r"(?m)^key = ", toml), f"{cm['metadata']['name']}: a secret in the config")
+        check('key_file = "/var/run/secrets/herald/suppression/key"' in toml,
+              f"{cm['metadata']['name']}: the suppression list's key is not read from its Secret")
 
     # The migration Job: a pre-install/pre-upgrade hook with the owner's password.
     jobs = by_kind.get("Job", [])

@@ -1,7 +1,7 @@
 //! The suppression list's keyed digests (issue 43): an entry made before they were keyed
-//! (V17) still suppresses its address, retention re-keys it from the sellers' profiles, an
-//! operator lifts it by address, and Herald refuses to start with another key than the one
-//! live entries were made with.
+//! (V17) still suppresses its address, retention re-keys it from the sellers' profiles (as
+//! the keyed normalization tells addresses apart), an operator lifts it by address, and
+//! neither `herald run` nor retention works with another key than the one recorded.
 //!
 //! The keyed path itself (a bounce puts a keyed entry on the list, ingest suppresses the
 //! next order, the CLI lifts it by address) is `reconcile.rs`'s bounce test.
@@ -151,37 +151,154 @@ async fn entries_made_before_the_key_still_suppress_and_retention_rekeys_them() 
     Ok(())
 }
 
+/// The key recorded in the database (`suppression_key`).
+async fn recorded_key(env: &TestEnv) -> Result<Option<String>> {
+    Ok(env
+        .db
+        .query_opt("SELECT key_id FROM suppression_key", &[])
+        .await?
+        .map(|r| r.get(0)))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn herald_refuses_to_start_with_another_key_than_the_live_entries() -> Result<()> {
+async fn herald_and_retention_refuse_another_key_than_the_lists() -> Result<()> {
     let env = TestEnv::new("supkeys_other", "").await?;
+    let key = destination_key();
+    // The list as a deployment with another key left it: the key recorded, no keyed entry
+    // yet (only unkeyed ones), so nothing but the record tells the keys apart.
     let before = DestinationKey::new(b"the key this list was made with, before")?;
-    let id = keyed_entry(&env, &before, "email", "someone@seller.example").await?;
-    let mut herald = env.spawn_roles("ingest", "refused", &[])?;
+    env.db
+        .execute(
+            "INSERT INTO suppression_key (key_id) VALUES ($1)",
+            &[&before.id()],
+        )
+        .await?;
+    let seller = UniqueSeller::new();
+    let unkeyed = unkeyed_entry(&env, "email", &seller.email, "bounced").await?;
+    let mut refused = env.spawn_roles("ingest", "refused", &[])?;
     let deadline = std::time::Instant::now() + WAIT;
-    while herald.is_running() {
+    while refused.is_running() {
         anyhow::ensure!(
             std::time::Instant::now() < deadline,
             "herald did not exit: {}",
-            herald.log()
+            refused.log()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let log = herald.log();
+    let log = refused.log();
     assert!(
-        log.contains("is not the key of live suppression-list entries") && log.contains(before.id()),
+        log.contains("is not the key the suppression list is keyed with") && log.contains(before.id()),
         "{log}"
     );
-    // Canary: the entry lifted, the same configuration starts.
-    env.db
-        .execute(
-            "UPDATE suppressions SET lifted_at = now(), lifted_by = 'test', lift_reason = 'test' WHERE id = $1",
-            &[&id],
-        )
-        .await?;
+    // Retention with this key would key the entry so that the other deployment misses it.
+    let out = env.herald_output(&["retention", "run"])?;
+    assert!(!out.status.success(), "retention ran with another key");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not the key the suppression list is keyed with")
+            || String::from_utf8_lossy(&out.stdout)
+                .contains("is not the key the suppression list is keyed with"),
+        "{out:?}"
+    );
+    assert_eq!(entry(&env, unkeyed).await?.0, 1, "left unkeyed");
+
+    // Canary: with no key recorded, the same configuration starts and records its own,
+    // and retention then re-keys the entry.
+    env.db.execute("DELETE FROM suppression_key", &[]).await?;
     let started = env.spawn_roles("ingest", "started", &[])?;
     started
         .wait_log("herald started", WAIT, |l| l.contains("herald started"))
         .await?;
+    assert_eq!(recorded_key(&env).await?.as_deref(), Some(key.id()));
+    seed_orders(&env, &seller, &["9511"]).await?;
+    env.wait_count(
+        "order 9511's e-mail suppressed",
+        "SELECT count(*) FROM notification_intents WHERE order_id = '9511' AND channel = 'email'
+           AND state = 'suppressed' AND consent = 'bounced'",
+        1,
+        WAIT,
+    )
+    .await?;
+    env.herald(&["retention", "run"])?;
+    assert_eq!(entry(&env, unkeyed).await?.0, 2, "re-keyed");
+    env.cleanup().await;
+    Ok(())
+}
+
+/// Addresses PostgreSQL's `lower` and the keyed digests' normalization (Rust's Unicode
+/// lowercasing) tell apart differently: two unkeyed entries that key alike (a final sigma:
+/// `lower` gives σασ, Rust σας) make one keyed entry, the other is lifted (both in one
+/// batch would break the unique index on every pass); one unkeyed entry whose profiles'
+/// addresses key differently (İ: `lower` gives i, Rust i̇) becomes one keyed entry per
+/// address. Ingest computes exactly these keyed digests from the profiles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rekeying_follows_the_keyed_normalization() -> Result<()> {
+    let env = TestEnv::new("supkeys_unicode", "").await?;
+    let key = destination_key();
+    let n = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let (sigma_upper, sigma_lower) = (
+        format!("ΣΑΣ@{n}.seller.example"),
+        format!("σας@{n}.seller.example"),
+    );
+    let (dotted, plain) = (format!("İ{n}@seller.example"), format!("i{n}@seller.example"));
+    for (seller, email) in [
+        ("s1", &sigma_upper),
+        ("s2", &sigma_lower),
+        ("s3", &dotted),
+        ("s4", &plain),
+    ] {
+        env.db
+            .execute(
+                "INSERT INTO sellers (marketplace_id, seller_id, email, locale, email_opt_in, version)
+                 VALUES ('acme', $1, $2, 'en', true, 1)",
+                &[&seller, email],
+            )
+            .await?;
+    }
+    let a = unkeyed_entry(&env, "email", &sigma_upper, "bounced").await?;
+    let b = unkeyed_entry(&env, "email", &sigma_lower, "bounced").await?;
+    let c = unkeyed_entry(&env, "email", &plain, "complained").await?;
+    assert_eq!(
+        key.digest("email", &sigma_upper),
+        key.digest("email", &sigma_lower)
+    );
+    assert_ne!(key.digest("email", &dotted), key.digest("email", &plain));
+
+    let text = env.herald(&["retention", "run"])?;
+    assert!(text.contains("suppression-list entries re-keyed: 4"), "{text}");
+    let (ea, eb) = (entry(&env, a).await?, entry(&env, b).await?);
+    assert_eq!(
+        [ea.0, eb.0].iter().filter(|v| **v == 2).count(),
+        1,
+        "one of the sigma entries keyed: {ea:?} {eb:?}"
+    );
+    assert_eq!(
+        [&ea.2, &eb.2]
+            .iter()
+            .filter(|l| l.as_deref() == Some("herald retention"))
+            .count(),
+        1,
+        "the other lifted: {ea:?} {eb:?}"
+    );
+    assert_eq!(entry(&env, c).await?.0, 2);
+    for address in [&sigma_lower, &dotted, &plain] {
+        assert_eq!(
+            env.count(&format!(
+                "SELECT count(*) FROM suppressions WHERE lifted_at IS NULL AND digest_version = 2
+                   AND destination_digest = '{}'",
+                key.digest("email", address)
+            ))
+            .await?,
+            1,
+            "{address} keyed"
+        );
+    }
+    assert_eq!(
+        env.count("SELECT count(*) FROM suppressions WHERE lifted_at IS NULL AND digest_version = 1")
+            .await?,
+        0
+    );
+    let again = env.herald(&["retention", "run"])?;
+    assert!(again.contains("suppression-list entries re-keyed: 0"), "{again}");
     env.cleanup().await;
     Ok(())
 }

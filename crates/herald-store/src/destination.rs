@@ -9,8 +9,11 @@
 //!   server's log with a slow statement (`log_min_duration_statement`), and a digest
 //!   computed in SQL would need the key as one.
 //!
-//! Both normalize the address the same way: an e-mail address is trimmed of spaces and
-//! lowercased (providers do not tell addresses apart by case); a phone number is trimmed.
+//! Both normalize the address alike: an e-mail address is trimmed of spaces and lowercased
+//! (providers do not tell addresses apart by case); a phone number is trimmed. Lowercasing
+//! differs for some non-ASCII letters: version 1 uses PostgreSQL's `lower` (the database's
+//! locale), version 2 Unicode's rules (Rust's, the same everywhere). Retention's re-keying
+//! follows version 2 (see `RetentionSession::rekey_suppressions`).
 
 use std::fmt;
 
@@ -48,8 +51,8 @@ impl DestinationKey {
         Ok(Self { key, id })
     }
 
-    /// Names the key in `suppressions.digest_key` (so that entries made with another key
-    /// are noticed, see `Store::suppression_keys`) and in logs.
+    /// Names the key in `suppressions.digest_key`, `suppression_key` (the key the list is
+    /// keyed with, see `Store::check_destination_key`) and logs.
     pub fn id(&self) -> &str {
         &self.id
     }
@@ -73,8 +76,24 @@ impl fmt::Debug for DestinationKey {
     }
 }
 
-/// The address as both digest versions see it (SQL's `lower(btrim(address))` for e-mail,
-/// `btrim(address)` for SMS: spaces only are trimmed).
+/// `Ok` if `recorded` (`suppression_key.key_id`) names `key`.
+pub(crate) fn same_key(key: &DestinationKey, recorded: String) -> crate::Result<()> {
+    if recorded == key.id() {
+        return Ok(());
+    }
+    Err(crate::StoreError::DestinationKeyChanged {
+        configured: key.id().to_owned(),
+        recorded,
+    })
+}
+
+/// Whether two addresses are the same destination on `channel` (equal once normalized).
+pub fn same_address(channel: &str, a: &str, b: &str) -> bool {
+    normalize(channel, a) == normalize(channel, b)
+}
+
+/// The address as version 2 digests see it: spaces trimmed (as SQL's `btrim`), an e-mail
+/// address lowercased by Unicode's rules.
 fn normalize(channel: &str, address: &str) -> String {
     let trimmed = address.trim_matches(' ');
     if channel == "email" {
@@ -115,8 +134,7 @@ mod tests {
         assert_eq!(d, k.digest("email", "  seller@example.com "));
         assert_ne!(d, other.digest("email", "seller@example.com"));
         assert_ne!(d, k.digest("sms", "seller@example.com"));
-        // Phone numbers are trimmed, not lowercased (nothing to lowercase in one, but the
-        // normalization is SQL's, letter for letter).
+        // Phone numbers are trimmed, not lowercased.
         assert_eq!(k.digest("sms", " +15550001 "), k.digest("sms", "+15550001"));
         assert_ne!(k.digest("sms", "A"), k.digest("sms", "a"));
         // RFC 4231-style check that this is HMAC-SHA-256 over the documented text.

@@ -33,7 +33,9 @@ impl StoreError {
             StoreError::RowCount(_) => ErrorClass::Transient("client"),
             StoreError::QueryTimeout(_) => ErrorClass::Transient("timeout"),
             // Configuration: retried, and logged, until an operator gives a session URL.
-            StoreError::NoSession(_) | StoreError::NoDestinationKey => ErrorClass::Transient("database"),
+            StoreError::NoSession(_)
+            | StoreError::NoDestinationKey
+            | StoreError::DestinationKeyChanged { .. } => ErrorClass::Transient("database"),
         }
     }
 

@@ -121,6 +121,13 @@ pub enum StoreError {
     /// key.
     #[error("the suppression list's digests need suppression.key, and this store has none")]
     NoDestinationKey,
+    /// The configured key is not the one the list was keyed with (`suppression_key`).
+    #[error(
+        "suppression.key (key id {configured}) is not the key the suppression list is keyed with (key id \
+         {recorded}): its entries would match no address, and the destinations they stand for would be sent \
+         to again. Configure the key the list was made with"
+    )]
+    DestinationKeyChanged { configured: String, recorded: String },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

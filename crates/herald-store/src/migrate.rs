@@ -91,6 +91,7 @@ pub const RUNTIME_PRIVILEGES: &[(&str, &str)] = &[
     ("provider_event_rejects", "SELECT, INSERT"),
     ("provider_log_cursors", "SELECT, INSERT, UPDATE"),
     ("suppressions", "SELECT, INSERT, UPDATE"),
+    ("suppression_key", "SELECT, INSERT"),
     // Tombstones delete a seller's profile.
     ("sellers", "SELECT, INSERT, UPDATE, DELETE"),
     ("templates", "SELECT"),

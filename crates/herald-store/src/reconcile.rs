@@ -245,23 +245,18 @@ impl Store {
         Ok(rows.iter().map(suppression).collect())
     }
 
-    /// Live suppression-list entries keyed with another key than this store's, counted by
-    /// key id: their digests match no address any more (the key they were made with is
-    /// not configured), so the destinations they stood for would be sent to again.
-    /// `herald run` refuses to start while there are any.
-    pub async fn suppressions_under_other_keys(&self) -> Result<Vec<(String, i64)>> {
+    /// Records this store's key as the suppression list's when none is recorded yet, and
+    /// refuses another ([`StoreError::DestinationKeyChanged`]): entries keyed with one key
+    /// match no address under another, so the destinations they stand for would be sent
+    /// to again. `herald run` checks at start, retention before each pass.
+    pub async fn check_destination_key(&self) -> Result<()> {
         let key = self.destination_key()?;
         let conn = self.conn().await?;
-        // A scan of the live entries (the list is small next to the ledger), once at start.
-        let rows = conn
-            .query(
-                "SELECT digest_key, count(*) FROM suppressions
-                  WHERE lifted_at IS NULL AND digest_key IS NOT NULL AND digest_key <> $1
-                  GROUP BY digest_key ORDER BY digest_key",
-                &[&key.id()],
-            )
-            .await?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        // Two statements: the SELECT's snapshot, taken after the INSERT, sees the row an
+        // instance starting at the same moment recorded first.
+        conn.execute(RECORD_KEY, &[&key.id()]).await?;
+        let recorded: String = conn.query_one(RECORDED_KEY, &[]).await?.get(0);
+        crate::destination::same_key(key, recorded)
     }
 
     /// Lifts the live entry of a destination, named by its address or its digest: later
@@ -402,30 +397,25 @@ async fn apply(tx: &impl Sql, key: &DestinationKey, e: &ProviderEvent) -> Result
     let (mut suppressed, mut refused) = (0, 0);
     if let Some((reason, addresses)) = &e.suppress {
         for address in addresses {
-            let added = match intent_id {
-                Some(intent) => {
-                    let (channel, address) = (e.channel.as_str(), clean(address));
-                    tx.query_opt(
-                        Hot(SUPPRESS),
-                        &[
-                            &channel,
-                            &address,
-                            &reason.as_str(),
-                            &id,
-                            &intent,
-                            &key.digest(channel, &address),
-                            &key.id(),
-                        ],
-                    )
-                    .await?
-                }
+            let (channel, address) = (e.channel.as_str(), clean(address));
+            let named = match intent_id {
+                Some(intent) => destination_named(tx, key, channel, &address, intent).await?,
                 None => None,
             };
-            match added {
-                Some(row) if row.get::<_, bool>(0) => suppressed += 1,
-                // The destination, already on the list.
-                Some(_) => {}
-                None => refused += 1,
+            let Some((digest, destination)) = named else {
+                // It matched no attempt of this ledger, or it is not the intent's destination.
+                refused += 1;
+                continue;
+            };
+            let added = tx
+                .query_opt(
+                    Hot(SUPPRESS),
+                    &[&channel, &digest, &reason.as_str(), &id, &key.id(), &destination],
+                )
+                .await?;
+            // None: the destination, already on the list.
+            if added.is_some() {
+                suppressed += 1;
             }
         }
     }
@@ -592,30 +582,64 @@ pub(crate) const SILENCE_DECIDED: &str = concat!(
        FROM moved m JOIN intent_contents c ON c.id = m.id WHERE $2::float8 IS NOT NULL"
 );
 
-/// Suppresses `$2` if it is the destination of intent `$5` (intent_contents_pkey, then
-/// notification_payloads_pkey), as an entry keyed `$6` (its digest under the key whose id is
-/// `$7`, see `destination`): a row saying whether it was added (false: already on the list,
-/// keyed or under its unkeyed digest of before V17; suppressions_live keeps the first entry),
-/// no row if `$2` is not the intent's destination (or its payload was purged before it kept
-/// the destination's digest, V16). A purged payload's digest is unkeyed when the purge ran
-/// before V17, keyed after.
-const SUPPRESS: &str = "WITH target AS (
-        SELECT 1
-          FROM intent_contents c JOIN notification_payloads p ON p.digest = c.payload_digest
-         WHERE c.id = $5
-           AND CASE WHEN p.destination IS NOT NULL
-                    THEN herald_destination_digest($1, p.destination) = herald_destination_digest($1, $2)
-                    ELSE p.destination_digest IN ($6, herald_destination_digest($1, $2)) END
-     ), added AS (
-        INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id, digest_version, digest_key)
-        SELECT $1, $6, $3, $4, 2, $7 FROM target
-         WHERE NOT EXISTS (SELECT 1 FROM suppressions x
-                            WHERE x.channel = $1 AND x.lifted_at IS NULL
-                              AND x.destination_digest = herald_destination_digest($1, $2))
-        ON CONFLICT (channel, destination_digest) WHERE lifted_at IS NULL DO NOTHING
-        RETURNING 1
-     )
-     SELECT EXISTS (SELECT 1 FROM added) FROM target";
+/// Records `$1` as the suppression list's key id unless one is recorded (suppression_key_pkey).
+pub(crate) const RECORD_KEY: &str =
+    "INSERT INTO suppression_key (key_id) VALUES ($1) ON CONFLICT (singleton) DO NOTHING";
+/// The suppression list's key id.
+pub(crate) const RECORDED_KEY: &str = "SELECT key_id FROM suppression_key";
+
+/// The destination of intent `$1` (intent_contents_pkey, then notification_payloads_pkey):
+/// the address, or once its payload was purged the digest kept in its place (V16), and
+/// whether that digest is the unkeyed one of `$3` on channel `$2` (a purge before V17).
+/// No row: no such intent.
+const DESTINATION_OF: &str = "SELECT p.destination, p.destination_digest,
+            coalesce(p.destination_digest = herald_destination_digest($2, $3), false)
+       FROM intent_contents c JOIN notification_payloads p ON p.digest = c.payload_digest
+      WHERE c.id = $1";
+
+/// Puts the destination keyed `$2` (under the key whose id is `$5`) on the list, unless a
+/// live entry has it: keyed (suppressions_live), or unkeyed from before V17 (the unkeyed
+/// digest of `$6`, the destination's address, or of the event's when the payload was
+/// purged). A row if it was added.
+const SUPPRESS: &str = "INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id, digest_version, digest_key)
+     SELECT $1, $2, $3, $4, 2, $5
+      WHERE NOT EXISTS (SELECT 1 FROM suppressions x
+                         WHERE x.channel = $1 AND x.lifted_at IS NULL
+                           AND x.destination_digest = herald_destination_digest($1, $6))
+     ON CONFLICT (channel, destination_digest) WHERE lifted_at IS NULL DO NOTHING
+     RETURNING 1";
+
+/// Whether `address`, named by an event about intent `intent`, is that intent's
+/// destination, and if so its keyed digest and the address whose unkeyed digest an entry
+/// from before V17 would carry. The comparison is made here, with the normalization the
+/// keyed digests use, so that the entry added is the one ingest computes from the profile.
+async fn destination_named(
+    tx: &impl Sql,
+    key: &DestinationKey,
+    channel: &str,
+    address: &str,
+    intent: Uuid,
+) -> Result<Option<(String, String)>> {
+    let Some(row) = tx
+        .query_opt(Hot(DESTINATION_OF), &[&intent, &channel, &address])
+        .await?
+    else {
+        return Ok(None);
+    };
+    let (destination, kept, unkeyed_match): (Option<String>, Option<String>, bool) =
+        (row.get(0), row.get(1), row.get(2));
+    Ok(match (destination, kept) {
+        (Some(d), _) if crate::destination::same_address(channel, &d, address) => {
+            Some((key.digest(channel, &d), d))
+        }
+        (Some(_), _) => None,
+        // Purged: the kept digest is keyed (after V17) or unkeyed (before).
+        (None, Some(kept)) if unkeyed_match || kept == key.digest(channel, address) => {
+            Some((key.digest(channel, address), address.to_owned()))
+        }
+        (None, _) => None,
+    })
+}
 
 /// Text from outside (queue bodies, provider fields): PostgreSQL refuses U+0000 in text.
 fn clean(s: &str) -> String {

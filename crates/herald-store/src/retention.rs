@@ -123,7 +123,18 @@ impl Store {
             .query_one("SELECT pg_try_advisory_lock($1)", &[&RETENTION_LOCK])
             .await?
             .get(0);
-        Ok(locked.then_some(RetentionSession { client, key }))
+        if !locked {
+            return Ok(None);
+        }
+        // A pass with another key would key purged payloads and re-key entries so that the
+        // running instances match none of them.
+        client.execute(crate::reconcile::RECORD_KEY, &[&key.id()]).await?;
+        let recorded: String = client
+            .query_one(crate::reconcile::RECORDED_KEY, &[])
+            .await?
+            .get(0);
+        crate::destination::same_key(&key, recorded)?;
+        Ok(Some(RetentionSession { client, key }))
     }
 }
 
@@ -163,7 +174,7 @@ pub const INTENT_CANDIDATES: &str = "SELECT id, payload_digest FROM notification
      FOR UPDATE SKIP LOCKED";
 
 // suppressions_unkeyed_idx: the next live unkeyed entries after `$1`, each with an address
-// of the sellers table whose unkeyed digest is the entry's (NULL: no profile holds it).
+// of the sellers table whose unkeyed digest is the entry's (NULL: no profile holds one).
 pub const REKEY_CANDIDATES: &str = "WITH unkeyed AS (
         SELECT id, channel, destination_digest FROM suppressions
          WHERE digest_version = 1 AND lifted_at IS NULL AND id > $1
@@ -173,27 +184,31 @@ pub const REKEY_CANDIDATES: &str = "WITH unkeyed AS (
         UNION ALL
         SELECT 'sms', phone FROM sellers WHERE phone IS NOT NULL
      )
-     SELECT u.id, u.channel, min(a.address)
+     SELECT u.id, u.channel, array_agg(DISTINCT a.address) FILTER (WHERE a.address IS NOT NULL)
        FROM unkeyed u
        LEFT JOIN addresses a
          ON a.channel = u.channel AND herald_destination_digest(a.channel, a.address) = u.destination_digest
       GROUP BY u.id, u.channel
       ORDER BY u.id";
 
-// suppressions_pkey, suppressions_live for the twin. `$1` entries, `$2` their keyed digests
-// under the key `$3`: each takes its keyed digest, or is lifted when a live entry already
-// carries it (the reconcile role adds no keyed entry beside a live unkeyed one; an
-// operator's lift and a new bounce in between can make one).
+// suppressions_pkey, suppressions_live for the twins. Under the key `$3`: entries `$1` take
+// their keyed digests `$2`, or are lifted when a live entry already carries it (the
+// reconcile role adds no keyed entry beside a live unkeyed one, but an operator's lift and
+// a new bounce in between can make one); entries `$6` are lifted (an earlier entry of the
+// batch carries their destination); entries `$7` get another keyed entry each, `$8` (an
+// address whose keyed normalization tells apart what SQL's `lower` did not). Returns how
+// many entries changed or were added.
 pub const REKEY: &str = "WITH d AS (
         SELECT * FROM unnest($1::int8[], $2::text[]) AS d(id, keyed)
      ), lifted AS (
         UPDATE suppressions s
            SET lifted_at = now(), lifted_by = 'herald retention',
                lift_reason = 're-keyed: a keyed entry of this destination is live'
-          FROM d
-         WHERE s.id = d.id AND s.digest_version = $4 AND s.lifted_at IS NULL
-           AND EXISTS (SELECT 1 FROM suppressions k
-                        WHERE k.channel = s.channel AND k.destination_digest = d.keyed AND k.lifted_at IS NULL)
+         WHERE s.digest_version = $4 AND s.lifted_at IS NULL
+           AND (s.id = ANY ($6::int8[])
+                OR EXISTS (SELECT 1 FROM d JOIN suppressions k
+                             ON k.channel = s.channel AND k.destination_digest = d.keyed AND k.lifted_at IS NULL
+                            WHERE d.id = s.id))
         RETURNING s.id
      ), rekeyed AS (
         UPDATE suppressions s
@@ -202,14 +217,72 @@ pub const REKEY: &str = "WITH d AS (
          WHERE s.id = d.id AND s.digest_version = $4 AND s.lifted_at IS NULL
            AND s.id NOT IN (SELECT id FROM lifted)
         RETURNING s.id
+     ), added AS (
+        INSERT INTO suppressions (channel, destination_digest, reason, provider_event_id, created_at,
+                                  digest_version, digest_key)
+        SELECT s.channel, e.keyed, s.reason, s.provider_event_id, s.created_at, $5, $3
+          FROM unnest($7::int8[], $8::text[]) AS e(id, keyed) JOIN suppressions s ON s.id = e.id
+         WHERE s.lifted_at IS NULL
+        ON CONFLICT (channel, destination_digest) WHERE lifted_at IS NULL DO NOTHING
+        RETURNING 1
      )
-     SELECT (SELECT count(*) FROM lifted) + (SELECT count(*) FROM rekeyed)";
+     SELECT (SELECT count(*) FROM lifted) + (SELECT count(*) FROM rekeyed) + (SELECT count(*) FROM added)";
 
 // notification_payloads_pkey, then notification_intents_payload_digest_idx (hash).
 pub const DELETE_UNREFERENCED_PAYLOADS: &str = "DELETE FROM notification_payloads p
       WHERE p.digest = ANY($1)
         AND NOT EXISTS (SELECT 1 FROM intent_contents i WHERE i.payload_digest = p.digest)
         AND NOT EXISTS (SELECT 1 FROM intent_holds h WHERE h.fallback_digest = p.digest)";
+
+/// What [`REKEY`] does to a batch of unkeyed entries.
+#[derive(Default)]
+struct RekeyPlan {
+    ids: Vec<i64>,
+    keyed: Vec<String>,
+    lift: Vec<i64>,
+    extra_of: Vec<i64>,
+    extra: Vec<String>,
+}
+
+impl RekeyPlan {
+    fn is_empty(&self) -> bool {
+        self.ids.is_empty() && self.lift.is_empty()
+    }
+}
+
+/// From [`REKEY_CANDIDATES`]' rows (id, channel, the addresses whose unkeyed digest is the
+/// entry's): each entry takes the keyed digest of its first address; another address that
+/// keys differently gets an entry of its own; an entry whose every keyed digest an earlier
+/// entry of the batch took is lifted (two keyed digests alike in one batch would break the
+/// list's unique index, and the batch would fail on every pass).
+fn rekey_plan(key: &DestinationKey, rows: &[tokio_postgres::Row]) -> RekeyPlan {
+    let mut plan = RekeyPlan::default();
+    let mut taken = std::collections::HashSet::new();
+    for r in rows {
+        let (id, channel): (i64, &str) = (r.get(0), r.get(1));
+        let Some(addresses) = r.get::<_, Option<Vec<String>>>(2) else {
+            continue;
+        };
+        let mut digests: Vec<String> = addresses.iter().map(|a| key.digest(channel, a)).collect();
+        digests.sort();
+        digests.dedup();
+        let mut fresh = digests
+            .into_iter()
+            .filter(|d| taken.insert((channel.to_owned(), d.clone())));
+        match fresh.next() {
+            Some(first) => {
+                plan.ids.push(id);
+                plan.keyed.push(first);
+                for d in fresh {
+                    plan.extra_of.push(id);
+                    plan.extra.push(d);
+                }
+            }
+            None => plan.lift.push(id),
+        }
+    }
+    plan
+}
 
 impl RetentionSession {
     /// Drops Herald's attempt partitions entirely before `cutoff`, oldest first, each in
@@ -488,21 +561,27 @@ impl RetentionSession {
             return Ok((0, 0));
         };
         *cursor = last.get(0);
-        let (mut ids, mut keyed) = (Vec::new(), Vec::new());
-        for r in &rows {
-            if let Some(address) = r.get::<_, Option<&str>>(2) {
-                ids.push(r.get::<_, i64>(0));
-                keyed.push(self.key.digest(r.get(1), address));
-            }
-        }
-        if ids.is_empty() {
+        let plan = rekey_plan(&self.key, &rows);
+        if plan.is_empty() {
             return Ok((0, rows.len()));
         }
         // One statement, its own transaction: a crash before its commit leaves the entries
         // unkeyed (still matched) for the next pass.
         let changed: i64 = self
             .client
-            .query_one(REKEY, &[&ids, &keyed, &self.key.id(), &UNKEYED, &KEYED])
+            .query_one(
+                REKEY,
+                &[
+                    &plan.ids,
+                    &plan.keyed,
+                    &self.key.id(),
+                    &UNKEYED,
+                    &KEYED,
+                    &plan.lift,
+                    &plan.extra_of,
+                    &plan.extra,
+                ],
+            )
             .await?
             .get(0);
         Ok((changed as u64, rows.len()))

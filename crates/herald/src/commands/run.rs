@@ -4,9 +4,11 @@
 //! SIGINT; the first role to fail stops the process with its error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use herald_core::ErrorClass;
 use herald_kafka::admin::Probe;
 use herald_store::Store;
 use herald_telemetry::ScrapeHandle;
@@ -102,7 +104,7 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
             }
         }
     }
-    check_suppression_key(&store).await?;
+    check_suppression_key(&store, &obs.metrics).await?;
     // A refused password or certificate stops start-up here, naming the broker and why.
     super::check_kafka(&config).await?;
     let shutdown = Shutdown::install().context("installing signal handlers")?;
@@ -213,29 +215,32 @@ pub async fn run(config: Config, args: RunArgs, obs: Obs, scrape: ScrapeHandle) 
     Ok(())
 }
 
-/// Refuses to start while live suppression-list entries were keyed with another key than
-/// `suppression.key`: their digests match no address now, and the destinations they stood
-/// for (bounced, complaining) would be sent to again. A database that does not answer is
-/// logged and start-up goes on, as for every other role's first statement.
-async fn check_suppression_key(store: &Store) -> anyhow::Result<()> {
-    match store.suppressions_under_other_keys().await {
-        Ok(others) if others.is_empty() => Ok(()),
-        Ok(others) => {
-            let named: Vec<String> = others
-                .iter()
-                .map(|(id, n)| format!("{n} with key {id}"))
-                .collect();
-            bail!(
-                "suppression.key (key {}) is not the key of live suppression-list entries ({}): they would \
-                 suppress no one. Configure the key they were made with; lift them (herald suppression lift \
-                 --digest) only knowing their destinations will be sent to again",
-                store.destination_key()?.id(),
-                named.join(", ")
-            )
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "could not check the suppression list's key at start-up; starting anyway");
-            Ok(())
-        }
+/// Refuses to start with another `suppression.key` than the one the list is keyed with
+/// (recorded by the first instance: see `Store::check_destination_key`). A database that
+/// does not answer is waited for: starting unchecked could key new entries with a key the
+/// rest of the deployment does not have.
+async fn check_suppression_key(store: &Store, metrics: &herald_telemetry::Metrics) -> anyhow::Result<()> {
+    use crate::retrying::{run_with_retries, GaveUp, Schedule, Stage};
+    let stage = Stage {
+        name: "suppression_key_check",
+        metrics,
+    };
+    let schedule = Schedule::new(Duration::from_millis(500), Duration::from_secs(5));
+    let refuse_changed = |e: &herald_store::StoreError| match e {
+        herald_store::StoreError::DestinationKeyChanged { .. } => ErrorClass::Permanent("key_changed"),
+        other => other.class(),
+    };
+    match run_with_retries(
+        stage,
+        || store.check_destination_key(),
+        refuse_changed,
+        schedule,
+        None,
+    )
+    .await
+    {
+        Ok(()) => Ok(()),
+        Err(GaveUp::Permanent(e, _)) => Err(e.into()),
+        Err(GaveUp::Shutdown) => unreachable!("no shutdown to wait for"),
     }
 }

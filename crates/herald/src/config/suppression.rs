@@ -10,12 +10,14 @@ use super::bearer_token;
 /// The suppression list names destinations by an HMAC of the address keyed with this
 /// secret (see herald-store's `destination`): without the key, the list and a purged
 /// payload's destination digest say nothing of who is on it. Required, at least 32 bytes.
-/// Every instance of a deployment must have the same key; a changed key stops Herald from
-/// starting while live entries made with the old one remain.
+/// Every instance of a deployment must have the same key: the first records its id in the
+/// database, and `herald run` and retention refuse another.
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SuppressionConfig {
-    /// The key itself. Prefer `key_file` or `HERALD_SUPPRESSION__KEY`.
+    /// The key itself. Prefer `key_file` or `HERALD_SUPPRESSION__KEY`. Trailing
+    /// whitespace is ignored, as in a file. Never serialized.
+    #[serde(skip_serializing)]
     pub key: Option<String>,
     /// A file holding the key (trailing whitespace ignored).
     pub key_file: Option<String>,
@@ -36,7 +38,7 @@ impl SuppressionConfig {
     /// defaults, sets none.
     pub(super) fn validate(&self) -> anyhow::Result<()> {
         if let Some(k) = self.key.as_deref().filter(|k| !k.is_empty()) {
-            DestinationKey::new(k.as_bytes())?;
+            DestinationKey::new(k.trim_end().as_bytes())?;
         }
         Ok(())
     }
@@ -63,6 +65,6 @@ impl SuppressionConfig {
             self.key_file.as_deref(),
         )?
         .ok_or_else(|| anyhow::anyhow!("suppression.key is required"))?;
-        Ok(DestinationKey::new(secret.as_bytes())?)
+        Ok(DestinationKey::new(secret.trim_end().as_bytes())?)
     }
 }

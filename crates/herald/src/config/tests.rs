@@ -602,4 +602,15 @@ fn the_suppression_key_is_required_long_and_never_shown() {
         !format!("{c:?}").contains("inline-key-0123"),
         "Debug shows no key"
     );
+    assert!(
+        !serde_json::to_string(&c).unwrap().contains("inline-key-0123"),
+        "never serialized"
+    );
+    // The same secret with a trailing newline (from an environment variable) is the same key.
+    let mut nl = load_str("[suppression]\nkey = \"inline-key-0123456789abcdef0123456789\\n\"").unwrap();
+    nl.resolve_destination_key().unwrap();
+    assert_eq!(
+        nl.store().destination_key.unwrap().id(),
+        c.store().destination_key.unwrap().id()
+    );
 }
