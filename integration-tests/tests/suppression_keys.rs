@@ -175,6 +175,14 @@ async fn herald_and_retention_refuse_another_key_than_the_lists() -> Result<()> 
         .await?;
     let seller = UniqueSeller::new();
     let unkeyed = unkeyed_entry(&env, "email", &seller.email, "bounced").await?;
+    // The seller's profile, so that a retention pass could re-key the entry.
+    env.db
+        .execute(
+            "INSERT INTO sellers (marketplace_id, seller_id, email, locale, email_opt_in, version)
+             VALUES ('acme', 'seller-0', $1, 'en', true, 1)",
+            &[&seller.email],
+        )
+        .await?;
     let mut refused = env.spawn_roles("ingest", "refused", &[])?;
     let deadline = std::time::Instant::now() + WAIT;
     while refused.is_running() {
@@ -200,6 +208,23 @@ async fn herald_and_retention_refuse_another_key_than_the_lists() -> Result<()> 
         "{out:?}"
     );
     assert_eq!(entry(&env, unkeyed).await?.0, 1, "left unkeyed");
+    // Nor does losing the record let another key in while keyed entries remain: the key
+    // they carry is recorded again.
+    env.db.execute("DELETE FROM suppression_key", &[]).await?;
+    keyed_entry(&env, &before, "sms", "+15550009999").await?;
+    let out = env.herald_output(&["retention", "run"])?;
+    assert!(
+        !out.status.success(),
+        "retention ran with another key than the entries'"
+    );
+    assert_eq!(recorded_key(&env).await?.as_deref(), Some(before.id()));
+    env.db
+        .execute(
+            "UPDATE suppressions SET lifted_at = now(), lifted_by = 'test', lift_reason = 'test'
+              WHERE digest_key = $1",
+            &[&before.id()],
+        )
+        .await?;
 
     // Canary: with no key recorded, the same configuration starts and records its own,
     // and retention then re-keys the entry.
@@ -254,6 +279,21 @@ async fn rekeying_follows_the_keyed_normalization() -> Result<()> {
             )
             .await?;
     }
+    // The premises, in this database's locale (glibc's C.UTF-8, deploy/local/postgres.sh):
+    // `lower` tells the sigmas apart and makes İ an i.
+    let premises: bool = env
+        .db
+        .query_one(
+            "SELECT herald_destination_digest('email', $1) <> herald_destination_digest('email', $2)
+                AND herald_destination_digest('email', $3) = herald_destination_digest('email', $4)",
+            &[&sigma_upper, &sigma_lower, &dotted, &plain],
+        )
+        .await?
+        .get(0);
+    anyhow::ensure!(
+        premises,
+        "this database's lower() does not behave as the test assumes"
+    );
     let a = unkeyed_entry(&env, "email", &sigma_upper, "bounced").await?;
     let b = unkeyed_entry(&env, "email", &sigma_lower, "bounced").await?;
     let c = unkeyed_entry(&env, "email", &plain, "complained").await?;

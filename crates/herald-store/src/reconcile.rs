@@ -582,9 +582,13 @@ pub(crate) const SILENCE_DECIDED: &str = concat!(
        FROM moved m JOIN intent_contents c ON c.id = m.id WHERE $2::float8 IS NOT NULL"
 );
 
-/// Records `$1` as the suppression list's key id unless one is recorded (suppression_key_pkey).
-pub(crate) const RECORD_KEY: &str =
-    "INSERT INTO suppression_key (key_id) VALUES ($1) ON CONFLICT (singleton) DO NOTHING";
+/// Records the suppression list's key id unless one is recorded (suppression_key_pkey): the
+/// key of a live keyed entry when there is one (the record lost, the list still keyed
+/// with it), else `$1`.
+pub(crate) const RECORD_KEY: &str = "INSERT INTO suppression_key (key_id)
+     SELECT coalesce((SELECT digest_key FROM suppressions
+                       WHERE digest_key IS NOT NULL AND lifted_at IS NULL LIMIT 1), $1)
+     ON CONFLICT (singleton) DO NOTHING";
 /// The suppression list's key id.
 pub(crate) const RECORDED_KEY: &str = "SELECT key_id FROM suppression_key";
 

@@ -173,12 +173,13 @@ pub const INTENT_CANDIDATES: &str = "SELECT id, payload_digest FROM notification
      ORDER BY id LIMIT $4
      FOR UPDATE SKIP LOCKED";
 
-// suppressions_unkeyed_idx: the next live unkeyed entries after `$1`, each with an address
-// of the sellers table whose unkeyed digest is the entry's (NULL: no profile holds one).
+// suppressions_unkeyed_idx: the next live unkeyed entries after `$1`, locked, each with the
+// addresses of the sellers table whose unkeyed digest is the entry's (NULL: none).
 pub const REKEY_CANDIDATES: &str = "WITH unkeyed AS (
         SELECT id, channel, destination_digest FROM suppressions
          WHERE digest_version = 1 AND lifted_at IS NULL AND id > $1
          ORDER BY id LIMIT $2
+         FOR UPDATE
      ), addresses AS (
         SELECT 'email' AS channel, email AS address FROM sellers WHERE email IS NOT NULL
         UNION ALL
@@ -204,7 +205,7 @@ pub const REKEY: &str = "WITH d AS (
         UPDATE suppressions s
            SET lifted_at = now(), lifted_by = 'herald retention',
                lift_reason = 're-keyed: a keyed entry of this destination is live'
-         WHERE s.digest_version = $4 AND s.lifted_at IS NULL
+         WHERE s.id = ANY ($1::int8[] || $6::int8[]) AND s.digest_version = $4 AND s.lifted_at IS NULL
            AND (s.id = ANY ($6::int8[])
                 OR EXISTS (SELECT 1 FROM d JOIN suppressions k
                              ON k.channel = s.channel AND k.destination_digest = d.keyed AND k.lifted_at IS NULL
@@ -255,12 +256,12 @@ impl RekeyPlan {
 /// keys differently gets an entry of its own; an entry whose every keyed digest an earlier
 /// entry of the batch took is lifted (two keyed digests alike in one batch would break the
 /// list's unique index, and the batch would fail on every pass).
-fn rekey_plan(key: &DestinationKey, rows: &[tokio_postgres::Row]) -> RekeyPlan {
+fn rekey_plan(key: &DestinationKey, candidates: &[(i64, String, Option<Vec<String>>)]) -> RekeyPlan {
     let mut plan = RekeyPlan::default();
     let mut taken = std::collections::HashSet::new();
-    for r in rows {
-        let (id, channel): (i64, &str) = (r.get(0), r.get(1));
-        let Some(addresses) = r.get::<_, Option<Vec<String>>>(2) else {
+    for (id, channel, addresses) in candidates {
+        let (id, channel) = (*id, channel.as_str());
+        let Some(addresses) = addresses else {
             continue;
         };
         let mut digests: Vec<String> = addresses.iter().map(|a| key.digest(channel, a)).collect();
@@ -554,21 +555,23 @@ impl RetentionSession {
     /// names stays unkeyed (still matched by ingest and the reconcile role, counted by
     /// `herald_suppressions_unkeyed`) and is looked at again next pass.
     pub async fn rekey_suppressions(&mut self, batch: i64, cursor: &mut i64) -> Result<(u64, usize)> {
-        // suppressions_unkeyed_idx for the batch; the sellers table is read whole once per
-        // batch, hashed against the batch's digests (no index holds an address's digest).
-        let rows = self.client.query(REKEY_CANDIDATES, &[&*cursor, &batch]).await?;
+        // suppressions_unkeyed_idx for the batch, locked until the commit: an operator's
+        // lift in between would otherwise leave an entry lifted for a twin no longer live.
+        // The sellers table is read whole once per batch, hashed against the batch's
+        // digests (no index holds an address's digest).
+        let tx = self.client.transaction().await?;
+        let rows = tx.query(REKEY_CANDIDATES, &[&*cursor, &batch]).await?;
         let Some(last) = rows.last() else {
             return Ok((0, 0));
         };
         *cursor = last.get(0);
-        let plan = rekey_plan(&self.key, &rows);
+        let candidates: Vec<(i64, String, Option<Vec<String>>)> =
+            rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+        let plan = rekey_plan(&self.key, &candidates);
         if plan.is_empty() {
             return Ok((0, rows.len()));
         }
-        // One statement, its own transaction: a crash before its commit leaves the entries
-        // unkeyed (still matched) for the next pass.
-        let changed: i64 = self
-            .client
+        let changed: i64 = tx
             .query_one(
                 REKEY,
                 &[
@@ -584,6 +587,9 @@ impl RetentionSession {
             )
             .await?
             .get(0);
+        // Failure policy: a crash before this commit leaves the batch unkeyed (still
+        // matched) for the next pass.
+        tx.commit().await?;
         Ok((changed as u64, rows.len()))
     }
 
@@ -752,5 +758,50 @@ mod tests {
         // `awaiting_profile`) keeps its body.
         let when: String = TERMINAL_STATES.map(|s| format!(" WHEN '{s}' THEN true")).concat();
         assert!(PURGE_BODIES.contains(&format!("NOT CASE i.state{when} ELSE false END")));
+    }
+}
+
+#[cfg(test)]
+mod rekey_tests {
+    use super::*;
+
+    #[test]
+    fn each_distinct_keyed_destination_is_keyed_once() {
+        let key = DestinationKey::new(b"0123456789abcdef0123456789abcdef").unwrap();
+        let candidate = |id: i64, channel: &str, addresses: Option<&[&str]>| {
+            (
+                id,
+                channel.to_owned(),
+                addresses.map(|a| a.iter().map(|s| s.to_string()).collect()),
+            )
+        };
+        let plan = rekey_plan(
+            &key,
+            &[
+                // Two spellings that key alike: one entry, no other.
+                candidate(1, "email", Some(&["A@x.example", "a@x.example"])),
+                // What entry 1 carries already: lifted.
+                candidate(2, "email", Some(&[" a@x.example"])),
+                // No profile holds its address: left.
+                candidate(3, "email", None),
+                // Two that key apart (İ lowercases to i̇): the entry and one more.
+                candidate(4, "email", Some(&["İ@x.example", "i@x.example"])),
+                // Another channel's digest is its own.
+                candidate(5, "sms", Some(&["a@x.example"])),
+            ],
+        );
+        assert_eq!(plan.ids, vec![1, 4, 5]);
+        assert_eq!(plan.keyed[0], key.digest("email", "a@x.example"));
+        assert_eq!(plan.lift, vec![2]);
+        assert_eq!(plan.extra_of, vec![4]);
+        let mut four = vec![plan.keyed[1].clone(), plan.extra[0].clone()];
+        four.sort();
+        let mut expected = vec![
+            key.digest("email", "İ@x.example"),
+            key.digest("email", "i@x.example"),
+        ];
+        expected.sort();
+        assert_eq!(four, expected);
+        assert_eq!(plan.keyed[2], key.digest("sms", "a@x.example"));
     }
 }
