@@ -138,7 +138,10 @@ impl Probe {
         // Serves its events first: a token due for refresh, errors to record.
         self.client.poll(crate::connect::EVENTS);
         let md = match self.client.client().fetch_metadata(Some(topic), timeout) {
-            Ok(md) => md,
+            Ok(md) => {
+                self.client.context().hooks.report().answered();
+                md
+            }
             Err(e) => {
                 self.client.poll(crate::connect::EVENTS);
                 // Without rustls's second opinion (`Misconfigured::new`): a readiness

@@ -107,6 +107,10 @@ const OTHER_PROTOCOL: [&str; 5] = [
     "wrong version number",
 ];
 
+/// librdkafka's words for a connection the broker accepted and never completed within
+/// `socket.connection.setup.timeout.ms` ("... in state SSL_HANDSHAKE").
+const SETUP_TIMED_OUT: &str = "Connection setup timed out";
+
 impl FailureKind {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -127,6 +131,11 @@ impl FailureKind {
             && CERTIFICATE_REFUSED.iter().any(|w| reason.contains(w))
         {
             return Some(FailureKind::Tls);
+        }
+        // A broker that accepted the connection and then said nothing (paused, overloaded,
+        // a black-holed network) times out in whatever state it was in: never a protocol.
+        if code == C::BrokerTransportFailure && reason.contains(SETUP_TIMED_OUT) {
+            return Some(FailureKind::Transport);
         }
         Some(match code {
             C::Authentication
@@ -155,10 +164,14 @@ impl FailureKind {
     }
 }
 
-/// How often, and for how long, a protocol failure must repeat with nothing else in
-/// between before it counts as a misconfiguration: a broker that restarts closes a fresh
-/// connection once, then refuses connections (transport) until it is back.
-const PROTOCOL_REPEATS: u32 = 3;
+/// How long protocol failures must go on, with no other failure and no answer in between,
+/// before they count as a misconfiguration: a broker that restarts closes a fresh
+/// connection once, then refuses connections (transport) until it is back. Time, not a
+/// count: librdkafka reports an error identical to the broker's last one at most once every
+/// 30 s (`rd_kafka_broker_set_error`), so a listener of another protocol that closes every
+/// connection the same way is reported once, and one alternating between two of its words
+/// a few times. Any other failure is never identical to the last one, so it always
+/// reaches the report and ends the series.
 const PROTOCOL_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One connection failure: its kind and librdkafka's words (which name the broker).
@@ -178,9 +191,9 @@ const DECODE_FAILURES_KEPT: usize = 16;
 pub struct ConnectionReport {
     last: Mutex<Option<Failure>>,
     last_misconfiguration: Mutex<Option<Failure>>,
-    /// Protocol failures in a row (any other failure ends the series): the first's time
-    /// and how many.
-    protocol_series: Mutex<Option<(Instant, u32)>>,
+    /// Protocol failures in a row (any other failure, or an answer, ends the series): when
+    /// the first came, and the latest.
+    protocol_series: Mutex<Option<(Instant, Failure)>>,
     tokens: AtomicU64,
     /// librdkafka's reasons for the last undecodable batches ("Decompression (codec 0x4) of
     /// message at 1234 of 567 bytes failed: ..."), newest last: the consumer error a
@@ -195,24 +208,15 @@ impl ConnectionReport {
             reason: reason.to_owned(),
             at: Instant::now(),
         };
-        let persistent = {
+        {
             let mut series = self.protocol_series.lock().unwrap_or_else(|e| e.into_inner());
-            match (kind, series.as_mut()) {
-                (FailureKind::Protocol, Some((since, n))) => {
-                    *n += 1;
-                    *n >= PROTOCOL_REPEATS && since.elapsed() >= PROTOCOL_FOR
-                }
-                (FailureKind::Protocol, None) => {
-                    *series = Some((Instant::now(), 1));
-                    false
-                }
-                _ => {
-                    *series = None;
-                    false
-                }
-            }
-        };
-        if kind.is_misconfiguration() || persistent {
+            *series = match (kind, series.take()) {
+                (FailureKind::Protocol, Some((since, _))) => Some((since, failure.clone())),
+                (FailureKind::Protocol, None) => Some((failure.at, failure.clone())),
+                _ => None,
+            };
+        }
+        if kind.is_misconfiguration() {
             *self
                 .last_misconfiguration
                 .lock()
@@ -221,17 +225,33 @@ impl ConnectionReport {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(failure);
     }
 
+    /// A broker answered: protocol failures before it were a broker restarting.
+    pub fn answered(&self) {
+        *self.protocol_series.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// The last failure of any kind.
     pub fn last(&self) -> Option<Failure> {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// The last failure an operator must fix (credentials, certificates, tokens).
+    /// The last failure an operator must fix (credentials, certificates, tokens), or the
+    /// latest of protocol failures that have gone on for [`PROTOCOL_FOR`] with nothing else
+    /// in between. Judged when asked, not when librdkafka reports: it reports a repeated
+    /// failure only once in 30 s.
     pub fn last_misconfiguration(&self) -> Option<Failure> {
-        self.last_misconfiguration
+        let latched = self
+            .last_misconfiguration
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .clone();
+        latched.or_else(|| {
+            let series = self.protocol_series.lock().unwrap_or_else(|e| e.into_inner());
+            series
+                .as_ref()
+                .filter(|(since, _)| since.elapsed() >= PROTOCOL_FOR)
+                .map(|(_, latest)| latest.clone())
+        })
     }
 
     /// How many OAUTHBEARER tokens this client handed to librdkafka.
@@ -457,25 +477,51 @@ mod tests {
     fn a_protocol_failure_counts_only_when_it_keeps_happening() {
         let report = ConnectionReport::default();
         let closed = "b:9094/bootstrap: Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol configuration";
+        let age = |r: &ConnectionReport, by: Duration| {
+            if let Some((since, _)) = r.protocol_series.lock().unwrap().as_mut() {
+                *since -= by;
+            }
+        };
         // A broker restarting: closed once, then refused, then closed once more.
         report.record(FailureKind::Protocol, closed);
+        age(&report, PROTOCOL_FOR);
         report.record(FailureKind::Transport, "Connection refused");
         report.record(FailureKind::Protocol, closed);
         report.record(FailureKind::Transport, "Connection refused");
         assert!(report.last_misconfiguration().is_none());
-        // Another protocol's listener: closed at every try.
+        // Closed once, then the broker answered: a restart, however long ago.
         report.record(FailureKind::Protocol, closed);
-        report.record(FailureKind::Protocol, closed);
+        report.answered();
+        age(&report, PROTOCOL_FOR);
+        assert!(report.last_misconfiguration().is_none());
+        // Another protocol's listener: closed at every try, and librdkafka reports the
+        // repeats of an identical error once in 30 s, so one report may be all there is.
         report.record(FailureKind::Protocol, closed);
         assert!(
             report.last_misconfiguration().is_none(),
             "not yet for long enough"
         );
-        *report.protocol_series.lock().unwrap() = Some((Instant::now() - PROTOCOL_FOR, 3));
-        report.record(FailureKind::Protocol, closed);
+        age(&report, PROTOCOL_FOR);
+        let f = report
+            .last_misconfiguration()
+            .expect("2 s of nothing but closed connections");
+        assert_eq!((f.kind, f.reason.as_str()), (FailureKind::Protocol, closed));
+        // A later report of the same series keeps its start.
+        report.record(FailureKind::Protocol, "b:9094/bootstrap: SSL handshake failed");
         assert_eq!(
-            report.last_misconfiguration().unwrap().kind,
-            FailureKind::Protocol
+            report.last_misconfiguration().unwrap().reason,
+            "b:9094/bootstrap: SSL handshake failed"
+        );
+    }
+
+    #[test]
+    fn a_handshake_that_times_out_is_transport() {
+        assert_eq!(
+            FailureKind::of(
+                RDKafkaErrorCode::BrokerTransportFailure,
+                "sasl_ssl://127.0.0.1:19092/bootstrap: Connection setup timed out in state SSL_HANDSHAKE (after 30029ms in state SSL_HANDSHAKE)"
+            ),
+            Some(FailureKind::Transport)
         );
     }
 }
