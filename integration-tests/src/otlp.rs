@@ -30,6 +30,9 @@ pub struct SpanSeen {
     /// Its span id and its parent's (hex; empty for a root).
     pub span_id: String,
     pub parent_span_id: String,
+    /// The span ids (hex) of the spans it links to (a consumer's `process` span links to
+    /// its batch's `receive`, which may be in another trace).
+    pub links: Vec<String>,
     /// Start and end, nanoseconds since the Unix epoch, as the exporter stamped them.
     pub start_ns: u64,
     pub end_ns: u64,
@@ -173,6 +176,7 @@ fn record(wire: &[u8], gzip: bool, received: &Mutex<Received>) -> Result<()> {
             attributes,
             span_id: hex(&span.span_id),
             parent_span_id: hex(&span.parent_span_id),
+            links: span.links.iter().map(|l| hex(&l.span_id)).collect(),
             start_ns: span.start_time_unix_nano,
             end_ns: span.end_time_unix_nano,
         });

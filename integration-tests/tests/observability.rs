@@ -105,6 +105,45 @@ async fn one_trace_runs_from_the_producer_to_the_provider_call_and_nothing_leaks
             assert_eq!(parent_name(s).as_deref(), Some(parent), "parent of {child:?}");
         }
     }
+    // The batch the event was converged in: its `receive` span (linked from `process`, in
+    // a trace of its own) with the ingest hop's stages under it, in the order they ran.
+    let (batch_trace, batch_span) = process[0]["references"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["refType"] == "FOLLOWS_FROM")
+        .and_then(|r| {
+            Some((
+                r["traceID"].as_str()?.to_owned(),
+                r["spanID"].as_str()?.to_owned(),
+            ))
+        })
+        .context("the process span links to its batch")?;
+    let batch = jaeger_trace(&batch_trace, |s| !named(s, "ingest report").is_empty()).await?;
+    let mut stages: Vec<&Value> = batch
+        .iter()
+        .filter(|s| parent_id(s) == Some(batch_span.as_str()) && tag(s, "herald.ingest.stage").is_some())
+        .collect();
+    stages.sort_by_key(|s| s["startTime"].as_u64());
+    let stage_names: Vec<&str> = stages
+        .iter()
+        .filter_map(|s| tag(s, "herald.ingest.stage")?.as_str())
+        .filter(|s| *s != "profiles")
+        .collect();
+    assert_eq!(
+        stage_names,
+        [
+            "connection",
+            "begin",
+            "templates",
+            "sellers",
+            "render",
+            "converge",
+            "commit",
+            "report"
+        ],
+        "the ingest stages under the batch's receive span"
+    );
     let intent_ids: BTreeSet<String> = env
         .db
         .query("SELECT id::text FROM notification_intents", &[])

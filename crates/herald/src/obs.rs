@@ -24,6 +24,37 @@ pub fn traceparent_or(span: &Span, fallback: Option<&str>) -> Option<String> {
     propagation::traceparent_of(span).or_else(|| fallback.map(str::to_owned))
 }
 
+/// The stages of an ingest batch, in order: where the ingest hop's time goes (taking a
+/// pooled connection, BEGIN, the active templates read and compiled, the seller profiles
+/// of a batch that carries some, the sellers and suppressions of its orders, rendering,
+/// the convergence statement, the commit, what follows it). Each is a span under the
+/// batch's `receive` span, named `ingest <stage>`, with `herald.ingest.stage`.
+pub const INGEST_STAGES: [&str; 9] = [
+    "connection",
+    "begin",
+    "templates",
+    "profiles",
+    "sellers",
+    "render",
+    "converge",
+    "commit",
+    "report",
+];
+
+/// The span of one of [`INGEST_STAGES`], child of the current span; none when spans are
+/// not exported.
+pub fn ingest_stage(obs: &Obs, stage: &'static str) -> Span {
+    debug_assert!(INGEST_STAGES.contains(&stage), "{stage} is not an ingest stage");
+    if !obs.tracing {
+        return Span::none();
+    }
+    info_span!(
+        "ingest stage",
+        otel.name = format!("ingest {stage}"),
+        herald.ingest.stage = stage
+    )
+}
+
 /// A consumer's per-message span, child of the producer's context in `traceparent`.
 pub fn process_span(
     topic: &str,

@@ -34,6 +34,7 @@ use anyhow::{bail, ensure, Context, Result};
 use serde_json::json;
 use tokio_postgres::Client;
 
+use super::host::{CpuShare, CpuTimes};
 use super::procstat::cpu_ticks;
 use integration_tests::{pg_connect, wait_for, workspace_root, PG_ADMIN_URL};
 
@@ -96,6 +97,9 @@ pub struct Cost {
     pub idle_herald_pct: f64,
     pub idle_postgres_pct: f64,
     pub idle_kafka_pct: f64,
+    /// The whole machine's CPUs over the stretch: busy, stolen by the hypervisor, waiting
+    /// for I/O.
+    pub machine: CpuShare,
 }
 
 impl Cost {
@@ -118,6 +122,7 @@ impl Cost {
             "autoanalyzes": self.autoanalyzes,
             "idle_pct_of_a_core": {"herald": self.idle_herald_pct, "postgres": self.idle_postgres_pct,
                                    "kafka": self.idle_kafka_pct},
+            "machine_during_stretch": self.machine.to_json(),
         })
     }
 }
@@ -171,6 +176,8 @@ pub struct Meter {
     herald: Vec<u32>,
     cpu_start: Cpu,
     cpu_end: Option<Cpu>,
+    machine_start: CpuTimes,
+    machine: Option<CpuShare>,
     /// Percent of a core of each, over the idle window.
     idle: Option<Cpu>,
     counters_start: Counters,
@@ -193,6 +200,7 @@ impl Meter {
         let kafka = kafka_pid()?;
         let herald = herald.to_vec();
         let cpu_start = cpu(&herald, postmaster, kafka)?;
+        let machine_start = CpuTimes::now()?;
         let db = pg_connect(&database_url(database)).await?;
         let counters_start = counters(&admin, &db, database).await?;
         Ok(Self {
@@ -204,6 +212,8 @@ impl Meter {
             herald,
             cpu_start,
             cpu_end: None,
+            machine_start,
+            machine: None,
             idle: None,
             counters_start,
         })
@@ -213,6 +223,7 @@ impl Meter {
     /// time is the driver's reaped time, mixed with everything else it ran).
     pub fn stretch_done(&mut self) -> Result<()> {
         self.cpu_end = Some(cpu(&self.herald, self.postmaster, self.kafka)?);
+        self.machine = Some(self.machine_start.share_until(&CpuTimes::now()?));
         Ok(())
     }
 
@@ -278,6 +289,7 @@ impl Meter {
             idle_herald_pct: idle.herald,
             idle_postgres_pct: idle.postgres,
             idle_kafka_pct: idle.kafka,
+            machine: self.machine.unwrap_or_default(),
         })
     }
 }

@@ -99,6 +99,10 @@ pub struct Run {
     pub p99_ms: f64,
     /// Per hop (in [`HOPS`] order), each traced notification's milliseconds.
     pub hops: Vec<Vec<f64>>,
+    /// The ingest hop by stage (`herald.ingest.stage` spans under the batch's `receive`
+    /// span, in the order they run): each notification's milliseconds, for the
+    /// notifications whose batch was traced too (its `receive` span is sampled apart).
+    pub ingest_stages: Vec<(String, Vec<f64>)>,
     /// Each traced notification's whole path (the sum of its hops), to compare with the
     /// ledger's percentiles: the traced share is whole batches, so its tail can differ.
     pub traced_paths: Vec<f64>,
@@ -130,6 +134,8 @@ impl Run {
             "traced_p99_ms": percentile(&self.traced_paths, 0.99),
             "hops": HOPS.iter().zip(&self.hops).map(|((name, what), v)| json!({
                 "hop": name, "what": what, "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99)})).collect::<Vec<_>>(),
+            "ingest_stages": self.ingest_stages.iter().map(|(stage, v)| json!({
+                "stage": stage, "notifications": v.len(), "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99)})).collect::<Vec<_>>(),
             "cost": self.cost.to_json(self.notifications as f64),
         })
     }
@@ -227,11 +233,14 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
     let received = sink
         .settled(Duration::from_secs(2), Duration::from_secs(60))
         .await?;
-    let paths: Vec<[f64; HOPS.len()]> = received
+    let index = SpanIndex::new(&received.traces);
+    let traced: Vec<Traced> = received
         .traces
         .values()
-        .flat_map(|spans| hops_of_trace(spans, &produced))
+        .flat_map(|spans| hops_of_trace(spans, &index, &produced))
         .collect();
+    let paths: Vec<[f64; HOPS.len()]> = traced.iter().map(|(p, _)| *p).collect();
+    let ingest_stages = by_stage(traced.iter().map(|(_, s)| s.as_slice()));
     env.cleanup().await;
     ensure!(
         !paths.is_empty(),
@@ -249,6 +258,7 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
         p50_ms: measured.0,
         p99_ms: measured.1,
         hops,
+        ingest_stages,
         traced_paths: paths.iter().map(|p| p.iter().sum()).collect(),
         traced: paths.len(),
         warmup_p50_ms: warmup.0,
@@ -366,23 +376,99 @@ async fn produce_paced(
     Ok(total)
 }
 
-/// Each notification's hops in one trace: the path from the order's `process` span
-/// through its `intent created`, the relay's `send`, the delivery consumer's `process`,
-/// the `attempt` and the provider call. A notification whose path is incomplete (a span
-/// still in an exporter's queue) is left out.
-fn hops_of_trace(spans: &[SpanSeen], produced_ms: &HashMap<Uuid, f64>) -> Vec<[f64; HOPS.len()]> {
-    let by_id: HashMap<&str, &SpanSeen> = spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
-    let mut children: HashMap<&str, Vec<&SpanSeen>> = HashMap::new();
-    for s in spans {
-        children.entry(s.parent_span_id.as_str()).or_default().push(s);
+/// One traced notification: its hops (in [`HOPS`] order, ms) and its batch's ingest
+/// stages, when that batch was traced too.
+type Traced = ([f64; HOPS.len()], Vec<(String, f64)>);
+
+/// Every received span by id, and each span's children, across traces: a `process` span
+/// and the batch `receive` span it links to are in different traces.
+struct SpanIndex<'a> {
+    by_id: HashMap<&'a str, &'a SpanSeen>,
+    children: HashMap<&'a str, Vec<&'a SpanSeen>>,
+}
+
+impl<'a> SpanIndex<'a> {
+    fn new(traces: &'a std::collections::BTreeMap<String, Vec<SpanSeen>>) -> Self {
+        let mut by_id = HashMap::new();
+        let mut children: HashMap<&str, Vec<&SpanSeen>> = HashMap::new();
+        for s in traces.values().flatten() {
+            by_id.insert(s.span_id.as_str(), s);
+            children.entry(s.parent_span_id.as_str()).or_default().push(s);
+        }
+        Self { by_id, children }
     }
-    let child = |parent: &SpanSeen, prefix: &str| {
-        children
+
+    fn child(&self, parent: &SpanSeen, prefix: &str) -> Option<&'a SpanSeen> {
+        self.children
             .get(parent.span_id.as_str())?
             .iter()
             .copied()
             .find(|s| s.name.starts_with(prefix))
-    };
+    }
+
+    /// The ingest stages of the batch `process` was converged in (the `receive` span it
+    /// links to), in the order they ran, with their milliseconds; empty when that batch's
+    /// spans were not sampled.
+    fn ingest_stages(&self, process: &SpanSeen) -> Vec<(String, f64)> {
+        let Some(batch) = process.links.iter().find_map(|l| self.by_id.get(l.as_str())) else {
+            return Vec::new();
+        };
+        let mut stages: Vec<&SpanSeen> = self
+            .children
+            .get(batch.span_id.as_str())
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|s| s.attributes.contains_key(STAGE))
+            .collect();
+        stages.sort_by_key(|s| s.start_ns);
+        stages
+            .iter()
+            .map(|s| (s.attributes[STAGE].clone(), (s.end_ns - s.start_ns) as f64 / 1e6))
+            .collect()
+    }
+}
+
+/// The attribute naming an ingest stage's span.
+const STAGE: &str = "herald.ingest.stage";
+
+/// Per stage (in the order they run), every notification's milliseconds in it; a stage a
+/// notification's batch did not run (`profiles` without seller records) counts 0 for it.
+fn by_stage<'s>(notifications: impl Iterator<Item = &'s [(String, f64)]>) -> Vec<(String, Vec<f64>)> {
+    let notifications: Vec<&[(String, f64)]> = notifications.filter(|s| !s.is_empty()).collect();
+    let mut order: Vec<String> = Vec::new();
+    for stages in &notifications {
+        // Merged in the order each batch ran them: a stage only some batches run lands
+        // between its neighbours.
+        let mut at = 0;
+        for (stage, _) in stages.iter() {
+            match order.iter().position(|s| s == stage) {
+                Some(i) => at = i + 1,
+                None => {
+                    order.insert(at, stage.clone());
+                    at += 1;
+                }
+            }
+        }
+    }
+    order
+        .into_iter()
+        .map(|stage| {
+            let v = notifications
+                .iter()
+                .map(|s| s.iter().filter(|(n, _)| *n == stage).map(|(_, ms)| ms).sum())
+                .collect();
+            (stage, v)
+        })
+        .collect()
+}
+
+/// Each notification's hops in one trace: the path from the order's `process` span
+/// through its `intent created`, the relay's `send`, the delivery consumer's `process`,
+/// the `attempt` and the provider call; and its ingest hop by stage, when its batch was
+/// traced. A notification whose path is incomplete (a span still in an exporter's queue)
+/// is left out.
+fn hops_of_trace(spans: &[SpanSeen], index: &SpanIndex<'_>, produced_ms: &HashMap<Uuid, f64>) -> Vec<Traced> {
     let ms = |ns: u64| ns as f64 / 1e6;
     spans
         .iter()
@@ -391,20 +477,25 @@ fn hops_of_trace(spans: &[SpanSeen], produced_ms: &HashMap<Uuid, f64>) -> Vec<[f
         .filter_map(|intent| {
             let id: Uuid = intent.attributes.get("herald.intent.id")?.parse().ok()?;
             let produced = *produced_ms.get(&id)?;
-            let ingest = by_id.get(intent.parent_span_id.as_str())?;
-            let send = child(intent, "send ")?;
-            let take = child(send, "process ")?;
-            let attempt = child(take, "attempt")?;
-            let call = child(attempt, "SES SendEmail").or_else(|| child(attempt, "SNS Publish"))?;
-            Some([
-                ms(ingest.start_ns) - produced,
-                ms(intent.end_ns) - ms(ingest.start_ns),
-                ms(send.end_ns) - ms(intent.end_ns),
-                ms(take.start_ns) - ms(send.end_ns),
-                ms(call.start_ns) - ms(take.start_ns),
-                ms(call.end_ns) - ms(call.start_ns),
-                ms(take.end_ns) - ms(call.end_ns),
-            ])
+            let ingest = index.by_id.get(intent.parent_span_id.as_str())?;
+            let send = index.child(intent, "send ")?;
+            let take = index.child(send, "process ")?;
+            let attempt = index.child(take, "attempt")?;
+            let call = index
+                .child(attempt, "SES SendEmail")
+                .or_else(|| index.child(attempt, "SNS Publish"))?;
+            Some((
+                [
+                    ms(ingest.start_ns) - produced,
+                    ms(intent.end_ns) - ms(ingest.start_ns),
+                    ms(send.end_ns) - ms(intent.end_ns),
+                    ms(take.start_ns) - ms(send.end_ns),
+                    ms(call.start_ns) - ms(take.start_ns),
+                    ms(call.end_ns) - ms(call.start_ns),
+                    ms(take.end_ns) - ms(call.end_ns),
+                ],
+                index.ingest_stages(ingest),
+            ))
         })
         .collect()
 }
@@ -420,5 +511,26 @@ mod tests {
         assert_eq!(percentile(&v, 0.99), 99.0);
         assert_eq!(percentile(&[7.0], 0.99), 7.0);
         assert!(percentile(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn stages_keep_the_order_they_ran_in_and_a_skipped_one_counts_zero() {
+        let s = |v: &[(&str, f64)]| v.iter().map(|(n, ms)| ((*n).to_owned(), *ms)).collect::<Vec<_>>();
+        let without = s(&[("connection", 1.0), ("sellers", 2.0), ("commit", 3.0)]);
+        let with = s(&[
+            ("connection", 1.0),
+            ("profiles", 5.0),
+            ("sellers", 2.0),
+            ("commit", 4.0),
+        ]);
+        let stages = by_stage([without.as_slice(), &[], with.as_slice()].into_iter());
+        let names: Vec<&str> = stages.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["connection", "profiles", "sellers", "commit"]);
+        assert_eq!(
+            stages[1].1,
+            [0.0, 5.0],
+            "one value per traced batch's notification"
+        );
+        assert_eq!(stages[3].1, [3.0, 4.0]);
     }
 }

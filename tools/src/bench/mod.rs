@@ -6,6 +6,7 @@ pub mod compare;
 pub mod cost;
 pub mod delivery;
 pub mod floor;
+pub mod host;
 pub mod ingest;
 pub mod latency;
 pub mod pooler;

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use herald_store::plans::HOT_STATEMENTS;
 use herald_tools::bench::compare::{self, Comparison, Sides};
+use herald_tools::bench::host::{self, Calibration, CpuTimes};
 use herald_tools::bench::ingest::{self, Workload};
 use herald_tools::bench::latency::{self, percentile, HOPS};
 use herald_tools::bench::procstat::Usage;
@@ -74,35 +75,140 @@ async fn filled(name: &str, w: &Workload) -> Result<TestEnv> {
     Ok(env)
 }
 
+const USAGE: &str = "\
+usage: herald-bench [--quick] [MODE] [--growth N,N...] [--busy N] [--out DIR]
+
+The benchmark behind `make bench` on the running local stack (`make stack-up`), with the
+Herald binary in HERALD_BIN. Without a MODE: every measurement (about 25 minutes, far
+less with --quick). Results go to DIR/<date>.json and .md (DIR: bench/results), each with
+the host's calibration (CPU, fsync, steal time, PostgreSQL's and Kafka's settings).
+
+  --quick           one run of each, at smaller sizes
+  --latency-only    end-to-end latency and cost at half the recorded capacity and at
+                    1,000 events/s, hop by hop: DIR/<date>-latency.*
+  --security-only   ingest and delivery through SASL_SSL against plaintext
+  --pooler-only     ingest and delivery through PgBouncer against a direct PostgreSQL
+  --storage-only    table and index sizes, WAL and vacuum per notification
+  --growth N,N...   the sizes of the ingest-rate-as-the-table-grows series
+  --out DIR         where the results go
+  --busy N          N threads that only spin, at normal priority, from before the
+                    calibration to the end: a host with other work on it (a noisy
+                    neighbour), to reproduce a slow host's figures on a fast one
+  --host-only       the host's calibration alone, printed as JSON (no stack needed)
+  -h, --help        this text
+
+Environment: HERALD_BIN (the herald binary), HERALD_BENCH_TRACE_RATIO (the share of
+traces exported for the hop breakdown, 0.1 by default).
+";
+
+/// The command line, parsed; `Err` carries what to print (usage, or what was wrong).
+#[derive(Debug, Default, PartialEq)]
+struct Args {
+    quick: bool,
+    mode: Option<&'static str>,
+    growth: Option<String>,
+    out: Option<PathBuf>,
+    busy: usize,
+}
+
+const MODES: [&str; 5] = [
+    "--latency-only",
+    "--security-only",
+    "--pooler-only",
+    "--storage-only",
+    "--host-only",
+];
+
+fn parse_args(args: &[String]) -> std::result::Result<Args, String> {
+    let mut parsed = Args::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            "--quick" => parsed.quick = true,
+            "--growth" | "--out" | "--busy" => {
+                let value = it
+                    .next()
+                    .filter(|v| !v.starts_with("--"))
+                    .ok_or_else(|| format!("herald-bench: {a} needs a value\n\n{USAGE}"))?;
+                if a == "--growth" {
+                    parsed.growth = Some(value.clone());
+                } else if a == "--busy" {
+                    parsed.busy = value.parse().map_err(|_| {
+                        format!("herald-bench: --busy {value}: not a number of threads\n\n{USAGE}")
+                    })?;
+                } else {
+                    parsed.out = Some(PathBuf::from(value));
+                }
+            }
+            m => match MODES.iter().find(|k| **k == m) {
+                Some(mode) if parsed.mode.is_none() => parsed.mode = Some(mode),
+                Some(mode) => {
+                    return Err(format!(
+                        "herald-bench: {mode} and {} are different modes; give one\n\n{USAGE}",
+                        parsed.mode.unwrap_or_default()
+                    ))
+                }
+                None => return Err(format!("herald-bench: unknown argument {m:?}\n\n{USAGE}")),
+            },
+        }
+    }
+    Ok(parsed)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let out = args
-        .iter()
-        .position(|a| a == "--out")
-        .and_then(|i| args.get(i + 1))
-        .map_or_else(|| PathBuf::from("bench/results"), PathBuf::from);
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    let args = match parse_args(&raw) {
+        Ok(a) => a,
+        Err(text) => {
+            // --help to stdout and exit 0; a wrong argument to stderr and exit 2.
+            if raw.iter().any(|a| a == "-h" || a == "--help") {
+                print!("{text}");
+                return Ok(());
+            }
+            eprint!("{text}");
+            std::process::exit(2);
+        }
+    };
+    let quick = args.quick;
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("bench/results"));
     let mut plan = Plan::new(quick);
     // `--growth 10000,100000`: other sizes for the growth series (the full one reaches 5
     // million events, about half an hour of the run).
-    if let Some(list) = args
-        .iter()
-        .position(|a| a == "--growth")
-        .and_then(|i| args.get(i + 1))
-    {
+    if let Some(list) = &args.growth {
         plan.growth = list
             .split(',')
             .map(|n| n.trim().parse())
             .collect::<Result<_, _>>()
             .map_err(|e| anyhow::anyhow!("--growth {list}: {e}"))?;
     }
+    // Spins until the process exits (at the end of the run).
+    host::spin(args.busy);
+    if args.mode == Some("--host-only") {
+        return host::print_calibration(args.busy).await;
+    }
     let t0 = Instant::now();
     let say = |s: &str| eprintln!("bench [{:>4}s] {s}", t0.elapsed().as_secs());
+    say("calibrating the host (CPU workload, fdatasync, the stack's settings)");
+    let calibration = Calibration::take(
+        integration_tests::PG_ADMIN_URL,
+        integration_tests::BROKERS,
+        &integration_tests::local_dir(),
+    )
+    .await?;
+    say(&format!(
+        "host: CPU workload {:.0} ms ({:.2}x the reference), fdatasync p50 {:.0} µs ({:.2}x)",
+        calibration.cpu_ms,
+        calibration.cpu_factor(),
+        calibration.fdatasync_p50_us,
+        calibration.fsync_factor()
+    ));
+    let _ = HOST.set((calibration.with_busy(args.busy), CpuTimes::now()?));
     // The cost measurement needs pg_stat_statements: find out now, not after half an hour.
     cost::check_statements_tracked(&integration_tests::pg_connect(integration_tests::PG_ADMIN_URL).await?)
         .await?;
-    if args.iter().any(|a| a == "--latency-only") {
+    if args.mode == Some("--latency-only") {
         let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
         let half = recorded_half_capacity(&out).unwrap_or(LATENCY_RATE);
         let series = latency_runs(&format!("http://{standin_addr}"), half, &plan, &say).await?;
@@ -112,7 +218,7 @@ async fn main() -> Result<()> {
         ("--security-only", &security::SIDES),
         ("--pooler-only", &pooler::SIDES),
     ] {
-        if args.iter().any(|a| a == flag) {
+        if args.mode == Some(flag) {
             let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
             let w = Workload::new(plan.events);
             let endpoint = format!("http://{standin_addr}");
@@ -120,7 +226,7 @@ async fn main() -> Result<()> {
             return write_comparison_only(&out, quick, &w, plan.delivery_orders, sides, &c, t0);
         }
     }
-    if args.iter().any(|a| a == "--storage-only") {
+    if args.mode == Some("--storage-only") {
         let (standin_addr, _) = standin::start(PROVIDER_LATENCY).await?;
         let reports = storage_runs(&format!("http://{standin_addr}"), plan.storage_events, &say).await?;
         return write_storage_only(&out, quick, &reports, t0);
@@ -429,7 +535,27 @@ async fn main() -> Result<()> {
 }
 
 /// Writes `DIR/STEM.json` and `DIR/STEM.md`, and prints the Markdown.
+/// The host's calibration, taken before the run, and its CPU times then: every report
+/// carries both ([`write_results`]).
+static HOST: std::sync::OnceLock<(Calibration, CpuTimes)> = std::sync::OnceLock::new();
+
+/// Writes `DIR/<stem>.json` and `.md`, each with the host's calibration and what the CPUs
+/// did from the start of the run to now.
 fn write_results(out: &std::path::Path, stem: &str, json: &serde_json::Value, md: &str) -> Result<()> {
+    let (json, md) = match HOST.get() {
+        Some((calibration, start)) => {
+            let during = start.share_until(&CpuTimes::now()?);
+            let mut json = json.clone();
+            json["host"] = calibration.to_json();
+            json["host"]["during_run"] = during.to_json();
+            // After the title line: the host is what the figures below are read against.
+            let (title, rest) = md.split_once("\n\n").unwrap_or((md, ""));
+            let md = format!("{title}\n\n{}{rest}", calibration.markdown(Some(&during)));
+            (json, md)
+        }
+        None => (json.clone(), md.to_owned()),
+    };
+    let (json, md) = (&json, md.as_str());
     std::fs::create_dir_all(out)?;
     let json_path = out.join(format!("{stem}.json"));
     std::fs::write(&json_path, serde_json::to_string_pretty(json)?)?;
@@ -531,7 +657,7 @@ fn write_storage_only(
 const LATENCY_RATE: f64 = 1000.0;
 
 /// The figures of [`Series::costs`].
-const COST_FIGURES: usize = 12;
+const COST_FIGURES: usize = 14;
 
 /// The runs at one offered rate.
 struct Series {
@@ -558,6 +684,21 @@ impl Series {
                 (percentile(&all, 0.5), percentile(&all, 0.99))
             })
             .collect()
+    }
+
+    /// The ingest hop by stage over every run's notifications whose batch was traced, in
+    /// the order the stages run.
+    fn ingest_stages(&self) -> Vec<(String, Vec<f64>)> {
+        let mut all: Vec<(String, Vec<f64>)> = Vec::new();
+        for r in &self.runs {
+            for (stage, v) in &r.ingest_stages {
+                match all.iter_mut().find(|(s, _)| s == stage) {
+                    Some((_, values)) => values.extend(v),
+                    None => all.push((stage.clone(), v.clone())),
+                }
+            }
+        }
+        all
     }
 
     fn costs(&self) -> [Figure; COST_FIGURES] {
@@ -593,6 +734,11 @@ impl Series {
             self.figure("idle, % of a core, Herald", "%", |r| r.cost.idle_herald_pct),
             self.figure("idle, % of a core, PostgreSQL", "%", |r| r.cost.idle_postgres_pct),
             self.figure("idle, % of a core, Kafka", "%", |r| r.cost.idle_kafka_pct),
+            // The whole machine's CPUs over the stretch (/proc/stat): what else ran.
+            self.figure("machine CPU busy, % of all cores", "%", |r| {
+                r.cost.machine.busy_pct
+            }),
+            self.figure("steal, % of all cores' time", "%", |r| r.cost.machine.steal_pct),
         ]
     }
 
@@ -605,6 +751,8 @@ impl Series {
             "p99_ms": p99.to_json(),
             "hops": HOPS.iter().zip(self.hops()).map(|((name, what), (p50, p99))|
                 json!({"hop": name, "what": what, "p50_ms": p50, "p99_ms": p99})).collect::<Vec<_>>(),
+            "ingest_stages": self.ingest_stages().iter().map(|(stage, v)| json!({"stage": stage,
+                "notifications": v.len(), "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99)})).collect::<Vec<_>>(),
             "cost": self.costs().iter().map(Figure::to_json).collect::<Vec<_>>(),
             "runs": self.of(latency::Run::to_json),
         })
@@ -727,6 +875,36 @@ fn write_latency(md: &mut String, series: &[Series]) -> Result<()> {
     }
     writeln!(
         md,
+        "\n\nThe ingest hop by stage (spans under the batch's `receive` span; the notifications \
+         whose batch was traced too; p50 / p99 ms):\n"
+    )?;
+    write!(md, "| stage |")?;
+    for s in series {
+        write!(md, " {} |", s.label)?;
+    }
+    writeln!(md, "\n|---|{}", "---|".repeat(series.len()))?;
+    let stages: Vec<Vec<(String, Vec<f64>)>> = series.iter().map(Series::ingest_stages).collect();
+    let names: Vec<String> = stages
+        .iter()
+        .max_by_key(|s| s.len())
+        .map(|s| s.iter().map(|(n, _)| n.clone()).collect())
+        .unwrap_or_default();
+    for name in &names {
+        write!(md, "| {name} |")?;
+        for s in &stages {
+            match s.iter().find(|(n, _)| n == name) {
+                Some((_, v)) => write!(md, " {:.2} / {:.2} |", percentile(v, 0.5), percentile(v, 0.99))?,
+                None => write!(md, " - |")?,
+            }
+        }
+        writeln!(md)?;
+    }
+    write!(md, "| notifications |")?;
+    for s in &stages {
+        write!(md, " {} |", s.first().map_or(0, |(_, v)| v.len()))?;
+    }
+    writeln!(
+        md,
         "\n\nWhole-machine cost (Herald, PostgreSQL and Kafka processes; median (min-max) of the runs):\n"
     )?;
     write!(md, "| figure |")?;
@@ -794,4 +972,56 @@ fn write_latency_only(out: &std::path::Path, quick: bool, series: &[Series], t0:
     );
     write_latency(&mut md, series)?;
     write_results(out, &format!("{date}-latency"), &json, &md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> std::result::Result<Args, String> {
+        parse_args(&args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn help_and_anything_unknown_print_the_usage_instead_of_running() {
+        for args in [
+            &["--help"][..],
+            &["-h"],
+            &["--quick", "--help"],
+            &["--latency"],
+            &["quick"],
+            &["--out"],
+        ] {
+            let text = parse(args).expect_err(&format!("{args:?} must not start a run"));
+            assert!(text.contains("usage: herald-bench"), "{args:?}: {text}");
+        }
+        assert!(parse(&["--latency-only", "--storage-only"]).is_err());
+        assert!(parse(&["--out", "--quick"]).is_err(), "a flag is not a directory");
+        assert!(parse(&["--busy", "two"]).is_err());
+    }
+
+    #[test]
+    fn the_known_arguments_parse() {
+        assert_eq!(parse(&[]).unwrap(), Args::default());
+        assert_eq!(
+            parse(&[
+                "--quick",
+                "--latency-only",
+                "--out",
+                "x",
+                "--growth",
+                "1,2",
+                "--busy",
+                "2"
+            ])
+            .unwrap(),
+            Args {
+                quick: true,
+                mode: Some("--latency-only"),
+                growth: Some("1,2".into()),
+                out: Some(PathBuf::from("x")),
+                busy: 2,
+            }
+        );
+    }
 }

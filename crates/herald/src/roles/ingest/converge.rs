@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::Context;
 use herald_core::consent::ConsentDecision;
 use herald_core::render::{RenderOptions, Renderer};
+use herald_core::seller::SellerRecord;
 use herald_core::IntentState;
 use herald_kafka::headers::{header_str, valid_traceparent, TRACEPARENT};
 use herald_kafka::{DeadLetter, DeadLetterProducer, Message, OwnedMessage};
@@ -61,44 +62,35 @@ async fn converge_part<'m>(
     let mut classified = classify(&ctx.config, &ctx.seller_topic, part);
     attach_spans(ctx, &mut classified.orders);
     let seller_count = classified.sellers.len() as u64;
-    let hold = ctx.config.ingest.profile_wait();
 
-    let mut conn = ctx.store.conn().await?;
-    let tx = IngestTx::begin(&mut conn).await?;
-    let renderer = renderer(ctx, &tx).await?;
+    let stage = |name| obs::ingest_stage(&ctx.obs, name);
+    let mut conn = ctx.store.conn().instrument(stage("connection")).await?;
+    let tx = IngestTx::begin(&mut conn).instrument(stage("begin")).await?;
+    let renderer = renderer(ctx, &tx).instrument(stage("templates")).await?;
     let mut released = Released::default();
     if !classified.sellers.is_empty() {
-        let updated: Vec<(String, String)> = classified
-            .sellers
-            .iter()
-            .map(|r| {
-                let (m, s) = r.ids();
-                (m.to_owned(), s.to_owned())
-            })
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let updated: Vec<(&str, &str)> = updated.iter().map(|(m, s)| (m.as_str(), s.as_str())).collect();
-        if hold.is_some() {
-            tx.lock_sellers(&updated).await.context("locking sellers")?;
-        }
-        tx.apply_sellers(std::mem::take(&mut classified.sellers))
-            .await
-            .context("applying seller profiles")?;
-        // Orders held for these sellers are rendered now, with the profiles just stored.
-        let held = tx.open_holds_of(&updated).await.context("reading held intents")?;
-        released = release(&tx, &renderer, held).await?;
+        released = apply_profiles(ctx, &tx, &renderer, std::mem::take(&mut classified.sellers))
+            .instrument(stage("profiles"))
+            .await?;
     }
     let plan = plan_orders(ctx, &tx, &renderer, &classified.orders).await?;
     let started = Instant::now();
-    let results = tx.converge(plan.intents()).await.context("converging intents")?;
+    let results = tx
+        .converge(plan.intents())
+        .instrument(stage("converge"))
+        .await
+        .context("converging intents")?;
     // Failure policy: a crash before this commit leaves nothing behind (the batch is read
     // again); after it, the dead letters and the offset store may be lost, and the replay
     // converges on the rows just written and produces the dead letters again. Held intents
     // released here are frozen with their outbox rows by this same commit.
     fail::fail_point!("ingest-before-db-commit");
-    tx.commit().await.context("committing the ingest transaction")?;
+    tx.commit()
+        .instrument(stage("commit"))
+        .await
+        .context("committing the ingest transaction")?;
     drop(conn);
+    let _report = stage("report").entered();
     ctx.stats
         .batch_committed(part.len(), started.elapsed(), classified.no_route, seller_count);
     released.report(&ctx.stats, "profile");
@@ -118,6 +110,35 @@ async fn converge_part<'m>(
     Ok(poison)
 }
 
+/// Within `tx`: stores the batch's seller profiles and renders the orders held for them
+/// with the profiles just stored.
+async fn apply_profiles(
+    ctx: &IngestContext,
+    tx: &IngestTx<'_>,
+    renderer: &Renderer,
+    sellers: Vec<SellerRecord>,
+) -> anyhow::Result<Released> {
+    let updated: Vec<(String, String)> = sellers
+        .iter()
+        .map(|r| {
+            let (m, s) = r.ids();
+            (m.to_owned(), s.to_owned())
+        })
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let updated: Vec<(&str, &str)> = updated.iter().map(|(m, s)| (m.as_str(), s.as_str())).collect();
+    if ctx.config.ingest.profile_wait().is_some() {
+        tx.lock_sellers(&updated).await.context("locking sellers")?;
+    }
+    tx.apply_sellers(sellers)
+        .await
+        .context("applying seller profiles")?;
+    // Orders held for these sellers are rendered now, with the profiles just stored.
+    let held = tx.open_holds_of(&updated).await.context("reading held intents")?;
+    release(tx, renderer, held).await
+}
+
 /// Within `tx`: the seller profiles of `orders` (with holds on, sellers without one are
 /// locked and looked up again), then what the orders become ([`plan`]).
 pub async fn plan_orders<'c>(
@@ -133,24 +154,30 @@ pub async fn plan_orders<'c>(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mut profiles = tx
-        .sellers(&seller_keys)
-        .await
-        .context("reading seller profiles")?;
-    if hold.is_some() {
-        // Sellers without a profile: lock, then look again. A profile committed meanwhile
-        // is used now; one committed after this transaction finds the holds it creates.
-        let missing: Vec<(String, String)> = seller_keys
-            .into_iter()
-            .filter(|k| !profiles.contains_key(k))
-            .collect();
-        if !missing.is_empty() {
-            let keys: Vec<(&str, &str)> = missing.iter().map(|(m, s)| (m.as_str(), s.as_str())).collect();
-            tx.lock_sellers(&keys).await.context("locking sellers")?;
-            profiles.extend(tx.sellers(&missing).await.context("reading seller profiles")?);
+    let profiles = async {
+        let mut profiles = tx
+            .sellers(&seller_keys)
+            .await
+            .context("reading seller profiles")?;
+        if hold.is_some() {
+            // Sellers without a profile: lock, then look again. A profile committed
+            // meanwhile is used now; one committed after this transaction finds the holds it
+            // creates.
+            let missing: Vec<(String, String)> = seller_keys
+                .into_iter()
+                .filter(|k| !profiles.contains_key(k))
+                .collect();
+            if !missing.is_empty() {
+                let keys: Vec<(&str, &str)> = missing.iter().map(|(m, s)| (m.as_str(), s.as_str())).collect();
+                tx.lock_sellers(&keys).await.context("locking sellers")?;
+                profiles.extend(tx.sellers(&missing).await.context("reading seller profiles")?);
+            }
         }
+        anyhow::Ok(profiles)
     }
-    Ok(plan(renderer, &profiles, orders, hold))
+    .instrument(obs::ingest_stage(&ctx.obs, "sellers"))
+    .await?;
+    Ok(obs::ingest_stage(&ctx.obs, "render").in_scope(|| plan(renderer, &profiles, orders, hold)))
 }
 
 /// After the commit: each intent's log line, counters and span outcome.
