@@ -28,7 +28,8 @@ pub fn traceparent_or(span: &Span, fallback: Option<&str>) -> Option<String> {
 /// pooled connection, BEGIN, the active templates read and compiled, the seller profiles
 /// of a batch that carries some, the sellers and suppressions of its orders, rendering,
 /// the convergence statement, the commit, what follows it). Each is a span under the
-/// batch's `receive` span, named `ingest <stage>`, with `herald.ingest.stage`.
+/// batch's `receive` span, named `ingest <stage>`, with `herald.ingest.stage`; the HTTP
+/// ingest shares `sellers` and `render`, under its request's span.
 pub const INGEST_STAGES: [&str; 9] = [
     "connection",
     "begin",

@@ -48,10 +48,9 @@ pub struct Calibration {
     /// [`cpu_round`]: the median and the fastest of [`CPU_ROUNDS`], ms.
     pub cpu_ms: f64,
     pub cpu_min_ms: f64,
-    /// Where the `fdatasync` latency was measured, and its p50 / p99 in µs.
-    pub fsync_dir: PathBuf,
-    pub fdatasync_p50_us: f64,
-    pub fdatasync_p99_us: f64,
+    /// Where the `fdatasync` latency was measured, and its p50 / p99 in µs (absent when
+    /// no folder took the file).
+    pub fsync: Option<(PathBuf, (f64, f64))>,
     /// The 1-minute load average when calibrated: what else was running.
     pub loadavg_1m: f64,
     /// PostgreSQL's version and settings (absent when it could not be asked).
@@ -66,17 +65,23 @@ impl Calibration {
     /// Measures the CPU and `fsync` and reads the stack's settings: PostgreSQL through
     /// `pg_admin_url`, Kafka through `brokers` and its install under `local`.
     pub async fn take(pg_admin_url: &str, brokers: &str, local: &Path) -> Result<Self> {
+        // Neither PostgreSQL nor Kafka is needed: what cannot be read is left out.
         let postgres = match integration_tests::pg_connect(pg_admin_url).await {
-            Ok(admin) => Some(postgres_settings(&admin).await?),
+            Ok(admin) => postgres_settings(&admin).await.ok(),
             Err(_) => None,
         };
-        let fsync_dir = postgres
+        // Where PostgreSQL's data is (beside its data directory: the same file system
+        // unless the data directory is a mount of its own), else the local stack's
+        // folder, else the temporary one: the first that takes a file.
+        let beside_data = postgres
             .as_ref()
             .and_then(|p| p["data_directory"].as_str())
-            .and_then(|d| Path::new(d).parent().map(Path::to_path_buf))
+            .and_then(|d| Path::new(d).parent().map(Path::to_path_buf));
+        let fsync = beside_data
+            .into_iter()
+            .chain([local.to_path_buf(), std::env::temp_dir()])
             .filter(|d| d.is_dir())
-            .unwrap_or_else(|| local.to_path_buf());
-        let (fdatasync_p50_us, fdatasync_p99_us) = fdatasync_latency(&fsync_dir)?;
+            .find_map(|d| fdatasync_latency(&d).ok().map(|l| (d, l)));
         let mut rounds: Vec<f64> = (0..CPU_ROUNDS)
             .map(|_| {
                 let t = Instant::now();
@@ -95,9 +100,7 @@ impl Calibration {
                 .to_owned(),
             cpu_ms: rounds[CPU_ROUNDS / 2],
             cpu_min_ms: rounds[0],
-            fsync_dir,
-            fdatasync_p50_us,
-            fdatasync_p99_us,
+            fsync,
             loadavg_1m: std::fs::read_to_string("/proc/loadavg")
                 .ok()
                 .and_then(|l| l.split_whitespace().next()?.parse().ok())
@@ -120,8 +123,13 @@ impl Calibration {
         self.cpu_ms / REFERENCE.cpu_ms
     }
 
+    /// The p50 and p99 of the write + `fdatasync`, µs (NaN when not measured).
+    pub fn fdatasync_us(&self) -> (f64, f64) {
+        self.fsync.as_ref().map_or((f64::NAN, f64::NAN), |(_, l)| *l)
+    }
+
     pub fn fsync_factor(&self) -> f64 {
-        self.fdatasync_p50_us / REFERENCE.fdatasync_p50_us
+        self.fdatasync_us().0 / REFERENCE.fdatasync_p50_us
     }
 
     pub fn to_json(&self) -> Value {
@@ -132,9 +140,9 @@ impl Calibration {
             "cpu_calibration_ms": self.cpu_ms,
             "cpu_calibration_min_ms": self.cpu_min_ms,
             "cpu_factor": self.cpu_factor(),
-            "fsync_dir": self.fsync_dir.display().to_string(),
-            "fdatasync_8k_p50_us": self.fdatasync_p50_us,
-            "fdatasync_8k_p99_us": self.fdatasync_p99_us,
+            "fsync_dir": self.fsync.as_ref().map(|(d, _)| d.display().to_string()),
+            "fdatasync_8k_p50_us": self.fsync.as_ref().map(|(_, l)| l.0),
+            "fdatasync_8k_p99_us": self.fsync.as_ref().map(|(_, l)| l.1),
             "fsync_factor": self.fsync_factor(),
             "loadavg_1m": self.loadavg_1m,
             "busy_threads": self.busy_threads,
@@ -150,7 +158,7 @@ impl Calibration {
             "## Host\n\n{} cores ({}), Linux {}; load average {:.2} when calibrated.\n\n\
              | calibration | this host | reference host | factor |\n|---|---|---|---|\n\
              | CPU workload (one core, median of {CPU_ROUNDS}) | {:.0} ms | {:.0} ms | {:.2}x |\n\
-             | 8 KiB write + fdatasync, p50 (p99) | {:.0} µs ({:.0}) | {:.0} µs | {:.2}x |\n",
+             | 8 KiB write + fdatasync, p50 (p99; with the CPUs' scheduling delay in it) | {:.0} µs ({:.0}) | {:.0} µs | {:.2}x |\n",
             self.cores,
             self.cpu_model,
             self.kernel,
@@ -158,8 +166,8 @@ impl Calibration {
             self.cpu_ms,
             REFERENCE.cpu_ms,
             self.cpu_factor(),
-            self.fdatasync_p50_us,
-            self.fdatasync_p99_us,
+            self.fdatasync_us().0,
+            self.fdatasync_us().1,
             REFERENCE.fdatasync_p50_us,
             self.fsync_factor(),
         );

@@ -100,9 +100,9 @@ pub struct Run {
     /// Per hop (in [`HOPS`] order), each traced notification's milliseconds.
     pub hops: Vec<Vec<f64>>,
     /// The ingest hop by stage (`herald.ingest.stage` spans under the batch's `receive`
-    /// span, in the order they run): each notification's milliseconds, for the
-    /// notifications whose batch was traced too (its `receive` span is sampled apart).
-    pub ingest_stages: Vec<(String, Vec<f64>)>,
+    /// span, in the order they ran) of each traced notification whose batch was traced
+    /// too (its `receive` span is sampled apart): [`by_stage`] sums them up.
+    pub traced_stages: Vec<Vec<(String, f64)>>,
     /// Each traced notification's whole path (the sum of its hops), to compare with the
     /// ledger's percentiles: the traced share is whole batches, so its tail can differ.
     pub traced_paths: Vec<f64>,
@@ -134,7 +134,7 @@ impl Run {
             "traced_p99_ms": percentile(&self.traced_paths, 0.99),
             "hops": HOPS.iter().zip(&self.hops).map(|((name, what), v)| json!({
                 "hop": name, "what": what, "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99)})).collect::<Vec<_>>(),
-            "ingest_stages": self.ingest_stages.iter().map(|(stage, v)| json!({
+            "ingest_stages": by_stage(self.traced_stages.iter().map(Vec::as_slice)).iter().map(|(stage, v)| json!({
                 "stage": stage, "notifications": v.len(), "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99)})).collect::<Vec<_>>(),
             "cost": self.cost.to_json(self.notifications as f64),
         })
@@ -240,7 +240,7 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
         .flat_map(|spans| hops_of_trace(spans, &index, &produced))
         .collect();
     let paths: Vec<[f64; HOPS.len()]> = traced.iter().map(|(p, _)| *p).collect();
-    let ingest_stages = by_stage(traced.iter().map(|(_, s)| s.as_slice()));
+    let traced_stages = traced.into_iter().map(|(_, s)| s).collect();
     env.cleanup().await;
     ensure!(
         !paths.is_empty(),
@@ -258,7 +258,7 @@ pub async fn run(endpoint: &str, rate: f64, seconds: u64) -> Result<Run> {
         p50_ms: measured.0,
         p99_ms: measured.1,
         hops,
-        ingest_stages,
+        traced_stages,
         traced_paths: paths.iter().map(|p| p.iter().sum()).collect(),
         traced: paths.len(),
         warmup_p50_ms: warmup.0,
@@ -434,7 +434,7 @@ const STAGE: &str = "herald.ingest.stage";
 
 /// Per stage (in the order they run), every notification's milliseconds in it; a stage a
 /// notification's batch did not run (`profiles` without seller records) counts 0 for it.
-fn by_stage<'s>(notifications: impl Iterator<Item = &'s [(String, f64)]>) -> Vec<(String, Vec<f64>)> {
+pub fn by_stage<'s>(notifications: impl Iterator<Item = &'s [(String, f64)]>) -> Vec<(String, Vec<f64>)> {
     let notifications: Vec<&[(String, f64)]> = notifications.filter(|s| !s.is_empty()).collect();
     let mut order: Vec<String> = Vec::new();
     for stages in &notifications {

@@ -201,7 +201,7 @@ async fn main() -> Result<()> {
         "host: CPU workload {:.0} ms ({:.2}x the reference), fdatasync p50 {:.0} µs ({:.2}x)",
         calibration.cpu_ms,
         calibration.cpu_factor(),
-        calibration.fdatasync_p50_us,
+        calibration.fdatasync_us().0,
         calibration.fsync_factor()
     ));
     let _ = HOST.set((calibration.with_busy(args.busy), CpuTimes::now()?));
@@ -529,19 +529,23 @@ async fn main() -> Result<()> {
     }
     writeln!(md, "\nTook {} s.", t0.elapsed().as_secs())?;
 
-    write_results(&out, &date, &json, &md)?;
+    let json = write_results(&out, &date, &json, &md)?;
     std::fs::write(out.join("latest.json"), serde_json::to_string_pretty(&json)?)?;
     Ok(())
 }
 
-/// Writes `DIR/STEM.json` and `DIR/STEM.md`, and prints the Markdown.
 /// The host's calibration, taken before the run, and its CPU times then: every report
 /// carries both ([`write_results`]).
 static HOST: std::sync::OnceLock<(Calibration, CpuTimes)> = std::sync::OnceLock::new();
 
 /// Writes `DIR/<stem>.json` and `.md`, each with the host's calibration and what the CPUs
-/// did from the start of the run to now.
-fn write_results(out: &std::path::Path, stem: &str, json: &serde_json::Value, md: &str) -> Result<()> {
+/// did from the start of the run to now, and prints the Markdown. Returns the JSON written.
+fn write_results(
+    out: &std::path::Path,
+    stem: &str,
+    json: &serde_json::Value,
+    md: &str,
+) -> Result<serde_json::Value> {
     let (json, md) = match HOST.get() {
         Some((calibration, start)) => {
             let during = start.share_until(&CpuTimes::now()?);
@@ -555,14 +559,13 @@ fn write_results(out: &std::path::Path, stem: &str, json: &serde_json::Value, md
         }
         None => (json.clone(), md.to_owned()),
     };
-    let (json, md) = (&json, md.as_str());
     std::fs::create_dir_all(out)?;
     let json_path = out.join(format!("{stem}.json"));
-    std::fs::write(&json_path, serde_json::to_string_pretty(json)?)?;
-    std::fs::write(out.join(format!("{stem}.md")), md)?;
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)?;
+    std::fs::write(out.join(format!("{stem}.md")), &md)?;
     println!("{md}");
     println!("bench: wrote {}", json_path.display());
-    Ok(())
+    Ok(json)
 }
 
 /// One comparison's figures and each pair's ratio of medians.
@@ -619,7 +622,8 @@ fn write_comparison_only(
     );
     write_comparison(&mut md, sides, c)?;
     writeln!(md, "\nTook {} s.", t0.elapsed().as_secs())?;
-    write_results(out, &format!("{date}-{}", sides.namespace), &json, &md)
+    write_results(out, &format!("{date}-{}", sides.namespace), &json, &md)?;
+    Ok(())
 }
 
 /// The storage measurement, once with the sample templates and once with the 6 KB e-mail.
@@ -650,7 +654,8 @@ fn write_storage_only(
     for r in reports {
         writeln!(md, "{}", r.markdown())?;
     }
-    write_results(out, &format!("{date}-storage"), &json, &md)
+    write_results(out, &format!("{date}-storage"), &json, &md)?;
+    Ok(())
 }
 
 /// The fixed offered rate of the latency measurement, beside half the capacity.
@@ -689,16 +694,11 @@ impl Series {
     /// The ingest hop by stage over every run's notifications whose batch was traced, in
     /// the order the stages run.
     fn ingest_stages(&self) -> Vec<(String, Vec<f64>)> {
-        let mut all: Vec<(String, Vec<f64>)> = Vec::new();
-        for r in &self.runs {
-            for (stage, v) in &r.ingest_stages {
-                match all.iter_mut().find(|(s, _)| s == stage) {
-                    Some((_, values)) => values.extend(v),
-                    None => all.push((stage.clone(), v.clone())),
-                }
-            }
-        }
-        all
+        latency::by_stage(
+            self.runs
+                .iter()
+                .flat_map(|r| r.traced_stages.iter().map(Vec::as_slice)),
+        )
     }
 
     fn costs(&self) -> [Figure; COST_FIGURES] {
@@ -971,7 +971,8 @@ fn write_latency_only(out: &std::path::Path, quick: bool, series: &[Series], t0:
         if quick { " (quick)" } else { "" }
     );
     write_latency(&mut md, series)?;
-    write_results(out, &format!("{date}-latency"), &json, &md)
+    write_results(out, &format!("{date}-latency"), &json, &md)?;
+    Ok(())
 }
 
 #[cfg(test)]
